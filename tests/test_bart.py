@@ -16,8 +16,9 @@ from collections import Counter
 
 import pytest
 import torch
-import transformer_lab.bart as bart_mod
 from torch import nn
+
+import transformer_lab.bart as bart_mod
 from transformer_lab.bart import (
     BART,
     document_rotation,

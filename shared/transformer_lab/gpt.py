@@ -1,0 +1,476 @@
+"""Lesson 08 — GPT: a decoder-only language model, sampling, the KV cache, and fine-tuning.
+
+GPT keeps only the decoder of the Transformer, without cross-attention: a stack of pre-norm blocks
+whose self-attention is causal, so position i sees tokens 0..i and nothing after. Trained to
+predict each next token, it maximises the language-modelling likelihood
+
+    L1(U) = Σ_i log P(u_i | u_{i-k}, ..., u_{i-1})
+
+over a corpus U (k is the context size, here `n_positions`). The forward pass, in the paper's
+symbols (U the one-hot context, W_e the token embedding, W_p the position embedding):
+
+    h_0 = U W_e + W_p
+    h_l = block(h_{l-1})              for l = 1 .. n
+    P(u) = softmax(h_n W_eᵀ)          the output layer reuses W_e ("tied" weights)
+
+GPT-2 moved the LayerNorm in front of each sublayer (pre-norm) and added a final one, `ln_f`,
+before the output layer; this module follows GPT-2 so that its weights load unchanged.
+
+Generation is autoregressive: sample one token, append it, run again. Recomputing the whole
+prefix each step repeats work: the keys and values of the old positions never change (the mask
+stops them from seeing the new token). The KV cache keeps them, so each step only runs the new
+token through the network.
+
+Fine-tuning (GPT-1) puts a linear layer W_y on the last token's final hidden state,
+P(y | x^1..x^m) = softmax(h^m W_y), and trains on L3 = L2 + λ·L1: the classification loss plus
+λ times the language-modelling loss on the same text as an auxiliary objective.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import require_ndim
+from .add_norm import EncoderBlock, LayerNorm
+from .masking import causal_mask
+from .multihead import KVCache
+
+IGNORE_INDEX = -100  # target value that the losses skip (as in F.cross_entropy)
+
+
+def _require_token_ids(name: str, idx: torch.Tensor, vocab_size: int) -> None:
+    """idx must be a (B, L) integer tensor with every id in 0 .. vocab_size - 1."""
+    require_ndim(name, idx, 2, "(B, L)")
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {idx.dtype}")
+    if idx.numel() and (idx.min() < 0 or idx.max() >= vocab_size):
+        raise ValueError(
+            f"{name} has token ids in [{int(idx.min())}, {int(idx.max())}] but the vocabulary "
+            f"has {vocab_size} tokens (ids 0 .. {vocab_size - 1}); shape {tuple(idx.shape)}"
+        )
+
+
+class GPT(nn.Module):
+    """A GPT-2-style decoder-only Transformer language model.
+
+    Args:
+        vocab_size: number of tokens V.
+        n_positions: the context size: at most this many positions (learned table W_p).
+        d_model, n_heads, n_layers: width, heads per block, number of blocks.
+        d_ff: hidden size of the feed-forward network; defaults to 4 * d_model.
+        dropout: dropout on the embeddings, attention weights and residual branches.
+        eps: the LayerNorm epsilon.
+
+    forward(idx (B, L), cache=None) -> logits (B, L, V), where logits[:, t] scores token t + 1.
+    `cache` is a list of one `KVCache` per block (see `new_cache`); with it, `idx` holds only the
+    new tokens, placed after the len(cache[0]) positions already cached.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_positions: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int | None = None,
+        dropout: float = 0.0,
+        eps: float = 1e-5,
+    ):
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("n_positions", n_positions)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if n_layers < 1:
+            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.vocab_size, self.n_positions = vocab_size, n_positions
+        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
+        self.d_ff, self.dropout_p, self.eps = d_ff, dropout, eps
+
+        self.wte = nn.Embedding(vocab_size, d_model)  # W_e
+        self.wpe = nn.Embedding(n_positions, d_model)  # W_p
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d_model, n_heads, d_ff, dropout, True, "gelu_tanh", eps)  # pre-norm
+            for _ in range(n_layers)
+        )
+        self.ln_f = LayerNorm(d_model, eps)
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.reset_parameters()
+        self.lm_head.weight = self.wte.weight  # tie: logits = h_n W_eᵀ
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation: N(0, 0.02) weights, zero biases; the two projections that
+        write into the residual stream (w_o, ffn.w_2) get std 0.02 / sqrt(2 n_layers) so the
+        variance of the residual stream does not grow with depth."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        residual_std = 0.02 / math.sqrt(2 * max(self.n_layers, 1))
+        for block in self.blocks:
+            nn.init.normal_(block.self_attn.w_o.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.ffn.w_2.weight, mean=0.0, std=residual_std)
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        """Number of parameters (the tied head is counted once); optionally without wte and wpe."""
+        n = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            n -= self.wte.weight.numel() + self.wpe.weight.numel()
+        return n
+
+    def new_cache(self) -> list[KVCache]:
+        """An empty KV cache: one KVCache per block."""
+        return [KVCache() for _ in self.blocks]
+
+    # -- the forward pass -------------------------------------------------------------------
+
+    def _positions(self, offset: int, L: int, device) -> torch.Tensor:
+        """Positions of L new tokens that follow `offset` cached ones: offset .. offset + L - 1."""
+        return torch.arange(offset, offset + L, device=device)
+
+    def _attention_mask(self, L_q: int, L_k: int, device) -> torch.Tensor | None:
+        """Causal mask (L_q, L_k) for the last L_q of L_k positions; True = may attend.
+
+        The new queries are the last L_q rows of the full causal mask. A single new token may
+        attend to every key, so it needs no mask.
+        """
+        if L_q == 1:
+            return None
+        return causal_mask(L_k, device=device)[-L_q:]
+
+    def hidden_states(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """h_n after the final LayerNorm: (B, L) token ids -> (B, L, d_model)."""
+        _require_token_ids("idx", idx, self.vocab_size)
+        offset = 0
+        if cache is not None:
+            if len(cache) != len(self.blocks):
+                raise ValueError(
+                    f"cache has {len(cache)} entries but the model has {len(self.blocks)} blocks; "
+                    "make one with model.new_cache()"
+                )
+            offset = len(cache[0])  # positions already cached
+        L = idx.shape[1]
+        if offset + L > self.n_positions:
+            raise ValueError(
+                f"sequence of length {offset + L} ({offset} cached + {L} new, idx shape "
+                f"{tuple(idx.shape)}) is longer than n_positions={self.n_positions}: crop the "
+                f"input to its last {self.n_positions} tokens (generate() does this)"
+            )
+        positions = self._positions(offset, L, idx.device)
+        h = self.drop(self.wte(idx) + self.wpe(positions))  # h_0 = U W_e + W_p, (B, L, d_model)
+        mask = self._attention_mask(L, offset + L, idx.device)
+        for i, block in enumerate(self.blocks):
+            h = block(h, mask=mask, cache=None if cache is None else cache[i])
+        return self.ln_f(h)
+
+    def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
+        """(B, L) token ids -> (B, L, vocab_size) logits: P(u) = softmax(h_n W_eᵀ)."""
+        return self.lm_head(self.hidden_states(idx, cache))
+
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of the next-token predictions (the negative of L1, averaged).
+
+        targets (B, L) is aligned with idx: targets[:, t] is the token after idx[:, t] (see
+        `shift_targets`); positions with target -100 are ignored.
+        """
+        logits = self(idx)
+        return lm_loss(logits, targets)
+
+    # -- generation ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+        return_logits: bool = False,
+    ):
+        """Append `max_new_tokens` sampled tokens to idx (B, L); returns (B, L + max_new_tokens).
+
+        Each step samples from the last position's logits with `sample_next` (temperature 0 or
+        top_k=1: greedy). With use_cache, the prompt runs once to fill a KV cache and each later
+        step feeds only the newest token. Once the context would pass n_positions, the model sees
+        only the last n_positions tokens: their positions all shift, so the cached keys no longer
+        apply and that step is recomputed from scratch, as without a cache.
+
+        With return_logits=True also returns the logits used at each step, (B, max_new_tokens, V).
+        The model is put in eval mode during generation and its mode restored afterwards.
+        """
+        _require_token_ids("idx", idx, self.vocab_size)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if idx.shape[1] == 0:
+            raise ValueError(
+                f"idx must hold at least one token per row, got shape {tuple(idx.shape)}"
+            )
+        was_training = self.training
+        self.eval()
+        cache: list[KVCache] | None = None
+        step_logits = []
+        try:
+            for _ in range(max_new_tokens):
+                if use_cache and cache is not None and len(cache[0]) < self.n_positions:
+                    logits = self(idx[:, -1:], cache=cache)  # only the newest token
+                else:
+                    cache = self.new_cache() if use_cache else None
+                    logits = self(idx[:, -self.n_positions :], cache=cache)  # (re)compute, cropped
+                next_logits = logits[:, -1, :]  # (B, V)
+                step_logits.append(next_logits)
+                next_id = sample_next(next_logits, temperature, top_k, generator)  # (B,)
+                idx = torch.cat([idx, next_id[:, None].to(idx.dtype)], dim=1)
+        finally:
+            self.train(was_training)
+        if return_logits:
+            V = self.vocab_size
+            empty = torch.empty(idx.shape[0], 0, V, device=idx.device, dtype=self.wte.weight.dtype)
+            return idx, torch.stack(step_logits, dim=1) if step_logits else empty
+        return idx
+
+    # -- Hugging Face interoperability --------------------------------------------------------
+
+    @classmethod
+    def from_hf(cls, hf_model) -> GPT:
+        """Build a GPT with every weight of a `transformers` GPT2LMHeadModel or GPT2Model.
+
+        Works the same for a random-weight model built from a GPT2Config and for a pretrained
+        checkpoint (`GPT2LMHeadModel.from_pretrained("gpt2")`, when online). The result has the
+        dtype and device of the Hugging Face weights and is in eval mode.
+
+        GPT-2 stores its projections as Conv1D with weight (in, out), the transpose of
+        nn.Linear's (out, in); its `c_attn` packs W^Q, W^K, W^V side by side along the output.
+        """
+        body = getattr(hf_model, "transformer", hf_model)  # GPT2LMHeadModel wraps a GPT2Model
+        config = hf_model.config
+        activation = getattr(config, "activation_function", "gelu_new")
+        if activation not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(f"GPT uses the tanh GELU; the model's activation is {activation!r}")
+        if not getattr(config, "scale_attn_weights", True) or getattr(
+            config, "scale_attn_by_inverse_layer_idx", False
+        ):
+            raise ValueError("GPT scales attention scores by 1/sqrt(d_k) only; this config differs")
+        lm_head = getattr(hf_model, "lm_head", None)
+        if lm_head is not None and not torch.equal(lm_head.weight, body.wte.weight):
+            raise ValueError("the model's lm_head is not tied to wte; GPT ties them")
+
+        d_model = config.n_embd
+        weight = body.wte.weight
+        model = cls(
+            vocab_size=config.vocab_size,
+            n_positions=config.n_positions,
+            d_model=d_model,
+            n_heads=config.n_head,
+            n_layers=config.n_layer,
+            d_ff=config.n_inner or 4 * d_model,
+            dropout=config.resid_pdrop,
+            eps=config.layer_norm_epsilon,
+        ).to(device=weight.device, dtype=weight.dtype)
+
+        state = {"wte.weight": body.wte.weight, "wpe.weight": body.wpe.weight}
+        for i, hf_block in enumerate(body.h):
+            p = f"blocks.{i}."
+            q, k, v = _split_c_attn(hf_block.attn.c_attn.weight, hf_block.attn.c_attn.bias, d_model)
+            for name, (w, b) in zip(("w_q", "w_k", "w_v"), (q, k, v)):
+                state[p + f"self_attn.{name}.weight"], state[p + f"self_attn.{name}.bias"] = w, b
+            pairs = {
+                "norm1": hf_block.ln_1,
+                "norm2": hf_block.ln_2,
+                "self_attn.w_o": hf_block.attn.c_proj,
+                "ffn.w_1": hf_block.mlp.c_fc,
+                "ffn.w_2": hf_block.mlp.c_proj,
+            }
+            for ours, theirs in pairs.items():
+                is_conv1d = not ours.startswith("norm")
+                w = _conv1d_to_linear(theirs.weight) if is_conv1d else theirs.weight
+                state[p + ours + ".weight"], state[p + ours + ".bias"] = w, theirs.bias
+        state["ln_f.weight"], state["ln_f.bias"] = body.ln_f.weight, body.ln_f.bias
+        state["lm_head.weight"] = body.wte.weight  # tied
+        with torch.no_grad():
+            model.load_state_dict({k: t.detach() for k, t in state.items()}, strict=True)
+        return model.eval()
+
+    def to_hf_config(self, **overrides):
+        """A `transformers.GPT2Config` with this model's shape (needs `transformers`)."""
+        from transformers import GPT2Config
+
+        kwargs = dict(
+            vocab_size=self.vocab_size,
+            n_positions=self.n_positions,
+            n_embd=self.d_model,
+            n_layer=self.n_layers,
+            n_head=self.n_heads,
+            n_inner=self.d_ff,
+            activation_function="gelu_new",
+            resid_pdrop=self.dropout_p,
+            embd_pdrop=self.dropout_p,
+            attn_pdrop=self.dropout_p,
+            layer_norm_epsilon=self.eps,
+            tie_word_embeddings=True,
+            bos_token_id=self.vocab_size - 1,
+            eos_token_id=self.vocab_size - 1,
+        )
+        kwargs.update(overrides)
+        return GPT2Config(**kwargs)
+
+
+def _conv1d_to_linear(weight: torch.Tensor) -> torch.Tensor:
+    """GPT-2's Conv1D weight (in, out) -> nn.Linear's weight (out, in)."""
+    return weight.t()
+
+
+def _split_c_attn(
+    weight: torch.Tensor, bias: torch.Tensor, d_model: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Unpack GPT-2's c_attn (weight (d, 3d), bias (3d,)) into [(W, b) for Q, K, V] as nn.Linear."""
+    if weight.shape != (d_model, 3 * d_model):
+        raise ValueError(
+            f"c_attn weight must be (d, 3d) = ({d_model}, {3 * d_model}), got {tuple(weight.shape)}"
+        )
+    ws = weight.split(d_model, dim=1)  # q | k | v along the output features
+    bs = bias.split(d_model, dim=0)
+    return [(_conv1d_to_linear(w), b) for w, b in zip(ws, bs)]
+
+
+# -- losses and sampling ----------------------------------------------------------------------
+
+
+def shift_targets(idx: torch.Tensor, pad_id: int | None = None) -> torch.Tensor:
+    """Next-token targets aligned with idx (B, L): targets[:, t] = idx[:, t + 1].
+
+    The last position has no next token, and with pad_id, padding is not a target: both -100.
+    """
+    require_ndim("idx", idx, 2, "(B, L)")
+    targets = torch.full_like(idx, IGNORE_INDEX)
+    targets[:, :-1] = idx[:, 1:]
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE_INDEX
+    return targets
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy: logits (B, L, V), targets (B, L) with -100 = ignore."""
+    require_ndim("logits", logits, 3, "(B, L, V)")
+    if targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"targets must have shape (B, L) = {tuple(logits.shape[:2])} to match logits "
+            f"{tuple(logits.shape)}, got {tuple(targets.shape)}"
+        )
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Draw one token per row from logits (B, V); returns (B,) ids.
+
+    temperature T divides the logits: T < 1 sharpens the distribution, T > 1 flattens it, and
+    T = 0 (like top_k=1) means greedy decoding: the argmax. top_k keeps only the k largest
+    logits (ties with the k-th are kept) and renormalises; k above V keeps everything.
+    `generator` (a torch.Generator on the logits' device) makes the draw reproducible.
+    """
+    require_ndim("logits", logits, 2, "(B, V)")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if generator is not None and generator.device.type != logits.device.type:
+        raise ValueError(
+            f"generator is on {generator.device} but logits are on {logits.device}; "
+            f"make it with torch.Generator(device={str(logits.device)!r})"
+        )
+    if temperature == 0 or top_k == 1:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
+    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+# -- fine-tuning (GPT-1) ------------------------------------------------------------------------
+
+
+class GPTClassifier(nn.Module):
+    """A pretrained GPT plus a linear layer W_y on the last token: P(y|x) = softmax(h^m W_y).
+
+    forward(idx (B, L), return_lm_logits=False) -> class logits (B, n_classes), and with
+    return_lm_logits also the LM logits (B, L, V) of the same pass (for the auxiliary L1 term).
+    With pad_id, sequences may be right-padded: each row is read at its last non-pad token.
+    Because attention is causal, padding after that token cannot change its hidden state.
+    """
+
+    def __init__(self, gpt: GPT, n_classes: int, pad_id: int | None = None):
+        super().__init__()
+        if n_classes < 1:
+            raise ValueError(f"n_classes must be >= 1, got {n_classes}")
+        self.gpt, self.n_classes, self.pad_id = gpt, n_classes, pad_id
+        self.w_y = nn.Linear(gpt.d_model, n_classes, bias=False)  # W_y
+        nn.init.normal_(self.w_y.weight, mean=0.0, std=0.02)
+
+    def last_token_index(self, idx: torch.Tensor) -> torch.Tensor:
+        """(B,) index of each row's last non-pad token (L - 1 when there is no pad_id)."""
+        B, L = idx.shape
+        if self.pad_id is None:
+            return torch.full((B,), L - 1, dtype=torch.long, device=idx.device)
+        positions = torch.arange(L, device=idx.device).expand(B, L)
+        last = torch.where(idx != self.pad_id, positions, -1).max(dim=-1).values
+        if (last < 0).any():
+            rows = torch.nonzero(last < 0).flatten().tolist()
+            raise ValueError(f"rows {rows} of idx {tuple(idx.shape)} contain only padding")
+        return last
+
+    def forward(self, idx: torch.Tensor, return_lm_logits: bool = False):
+        h = self.gpt.hidden_states(idx)  # (B, L, d_model)
+        last = self.last_token_index(idx)  # (B,)
+        h_m = h[torch.arange(idx.shape[0], device=idx.device), last]  # (B, d_model)
+        cls_logits = self.w_y(h_m)  # (B, n_classes)
+        if return_lm_logits:
+            return cls_logits, self.gpt.lm_head(h)
+        return cls_logits
+
+
+def finetune_loss(
+    cls_logits: torch.Tensor,
+    labels: torch.Tensor,
+    lm_logits: torch.Tensor,
+    lm_targets: torch.Tensor,
+    lam: float,
+) -> torch.Tensor:
+    """GPT-1's fine-tuning objective L3 = L2 + λ·L1, written as losses to minimise.
+
+    L2: cross-entropy of cls_logits (B, n_classes) against labels (B,);
+    L1: next-token cross-entropy of lm_logits (B, L, V) against lm_targets (B, L) (-100 ignored),
+    the language-modelling loss kept as an auxiliary objective (the paper uses λ = 0.5).
+    """
+    require_ndim("cls_logits", cls_logits, 2, "(B, n_classes)")
+    require_ndim("labels", labels, 1, "(B,)")
+    if labels.shape[0] != cls_logits.shape[0]:
+        raise ValueError(
+            f"labels has {labels.shape[0]} rows but cls_logits {tuple(cls_logits.shape)} has "
+            f"{cls_logits.shape[0]}"
+        )
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0:
+        raise ValueError(f"lam (λ) must be a number >= 0, got {lam!r}")
+    L2 = F.cross_entropy(cls_logits, labels)
+    L1 = lm_loss(lm_logits, lm_targets)
+    return L2 + lam * L1

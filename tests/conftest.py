@@ -1,0 +1,41 @@
+"""Shared fixtures: devices (cpu, and cuda when present), dtypes and their tolerances."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available"),
+    ),
+]
+DTYPES = [torch.float32, torch.float64]
+
+# Absolute and relative tolerances per dtype for comparisons with PyTorch's own modules.
+TOLERANCES = {
+    torch.float32: {"atol": 2e-5, "rtol": 2e-4},
+    torch.float64: {"atol": 1e-10, "rtol": 1e-8},
+}
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """torch.device("cpu"), or the current CUDA device with its index (so that it compares equal
+    to a tensor's .device)."""
+    if request.param == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(request.param)
+
+
+@pytest.fixture(params=DTYPES, ids=["float32", "float64"])
+def dtype(request) -> torch.dtype:
+    return request.param
+
+
+@pytest.fixture
+def tol(dtype) -> dict:
+    """Keyword arguments for torch.testing.assert_close / torch.allclose at this dtype."""
+    return TOLERANCES[dtype]

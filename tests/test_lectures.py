@@ -1,0 +1,214 @@
+"""The lecture notebooks: they run top to bottom in quick mode, link only to files that exist,
+and are committed without outputs.
+
+Executing a notebook starts a kernel (seconds), so those tests are marked slow.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LECTURES = ROOT / "lectures"
+NOTEBOOKS = sorted(LECTURES.glob("[0-9][0-9]_*.ipynb"))
+START_HERE = LECTURES / "00_start_here.ipynb"
+LESSONS = [
+    "01_rnn_limits",
+    "02_qkv_attention",
+    "03_multihead_attention",
+    "04_positional_encoding",
+    "05_add_norm",
+    "06_masking",
+    "07_cross_attention",
+    "08_gpt",
+    "09_bert",
+    "10_bart",
+    "11_vit",
+]
+
+# [text](target) in markdown, and href="target" / src="target" in inline HTML
+_LINK = re.compile(
+    r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|(?:href|src)=\"([^\"]+)\""
+)
+
+
+def relative_links(nb) -> list[str]:
+    """Every link target in the markdown cells that points into the file system (no URL, no anchor)."""
+    targets = []
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for match in _LINK.finditer(cell.source):
+            target = (match.group(1) or match.group(2)).split("#")[0]
+            if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):
+                continue  # pure anchor, or http:, https:, mailto:, ...
+            targets.append(target)
+    return targets
+
+
+def dead_links(nb, folder: Path) -> list[str]:
+    return [t for t in relative_links(nb) if not (folder / t).resolve().exists()]
+
+
+def cells_with_outputs(nb) -> list[int]:
+    """Indices of code cells that carry outputs or an execution count."""
+    return [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        and (cell.get("outputs") or cell.get("execution_count") is not None)
+    ]
+
+
+def execute(path: Path, timeout: int = 300) -> float:
+    """Run a notebook with its folder as working directory; return the seconds it took."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    start = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - start
+
+
+@pytest.fixture
+def quick_env(monkeypatch, tmp_path):
+    """What CI runs under: quick mode, no display, no progress bars, a private student package."""
+    monkeypatch.setenv("TRANSFORMER_LAB_QUICK", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("TRANSFORMER_LAB_NO_PROGRESS", "1")
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "student"))
+    monkeypatch.setenv("TRANSFORMER_LAB_DEVICE", "cpu")
+    return tmp_path
+
+
+def _notebook(*cells: tuple[str, str]):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    make = {"md": nbformat.v4.new_markdown_cell, "code": nbformat.v4.new_code_cell}
+    nb.cells = [make[kind](source) for kind, source in cells]
+    return nb
+
+
+# ------------------------------------------------------------------------------------------------
+# Static checks (fast)
+
+
+def test_the_lectures_exist():
+    names = {p.stem for p in NOTEBOOKS}
+    assert {"00_start_here", "01_rnn_limits", "02_qkv_attention"} <= names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    assert cells_with_outputs(nb) == [], f"{path.name}: clear the outputs before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_relative_links_point_to_files(path):
+    nb = nbformat.read(path, as_version=4)
+    dead = dead_links(nb, path.parent)
+    assert not dead, f"{path.name} links to files that do not exist: {dead}"
+
+
+def test_start_here_maps_every_lesson_in_order():
+    nb = nbformat.read(START_HERE, as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    rows = [line for line in text.splitlines() if re.match(r"^\|\s*\d\d\s*\|", line)]
+    assert [row.split("|")[1].strip() for row in rows] == [name[:2] for name in LESSONS]
+    links = relative_links(nb)
+    for row, name in zip(rows, LESSONS):
+        for target in (f"{name}.ipynb", f"../exercises/{name}/{name}.ipynb"):
+            if name in ("01_rnn_limits", "02_qkv_attention") or (LECTURES / target).exists():
+                # written lessons are linked (whether the file is there: test_relative_links...)
+                assert f"]({target})" in row, f"link {target} from the course map"
+            else:
+                assert "coming" in row and target not in links, f"{target} does not exist yet"
+
+
+def test_start_here_explains_the_student_package():
+    nb = nbformat.read(START_HERE, as_version=4)
+    source = "\n".join(c.source for c in nb.cells)
+    assert "student.progress()" in source
+    assert "TRANSFORMER_LAB_QUICK" in source
+
+
+# Mutants: the static checks catch what they are meant to catch.
+
+
+def test_mutant_dead_link_is_found(tmp_path):
+    (tmp_path / "there.ipynb").write_text("{}")
+    nb = _notebook(
+        (
+            "md",
+            "[ok](there.ipynb) [web](https://example.org) [anchor](#top) [gone](../nowhere/x.ipynb)",
+        ),
+        ("md", '<a href="missing.ipynb">html</a> ![img](there.ipynb#frag)'),
+    )
+    assert sorted(dead_links(nb, tmp_path)) == ["../nowhere/x.ipynb", "missing.ipynb"]
+
+
+def test_mutant_outputs_are_found():
+    nb = _notebook(("code", "1 + 1"), ("code", "print(2)"), ("md", "text"))
+    assert cells_with_outputs(nb) == []
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
+    nb.cells[0].execution_count = 3
+    assert cells_with_outputs(nb) == [0, 1]
+
+
+def test_mutant_course_map_row_missing_is_caught(monkeypatch):
+    original = nbformat.read(START_HERE, as_version=4)
+    broken = _notebook(
+        *[
+            ("md", c.source.replace("| 05 |", "| 5 |"))
+            if c.cell_type == "markdown"
+            else ("code", "")
+            for c in original.cells
+        ]
+    )
+    monkeypatch.setattr(nbformat, "read", lambda *a, **k: broken)
+    with pytest.raises(AssertionError):
+        test_start_here_maps_every_lesson_in_order()
+
+
+# ------------------------------------------------------------------------------------------------
+# Execution (slow): each lecture runs top to bottom in quick mode. Run times are measured by
+# benchmarks/notebook_times.py (budgets are checked there, not in timed unit tests).
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lecture_runs_in_quick_mode(path, quick_env):
+    seconds = execute(path)
+    print(f"{path.name}: {seconds:.1f} s")
+
+
+@pytest.mark.slow
+def test_mutant_failing_cell_is_reported(quick_env):
+    from nbclient.exceptions import CellExecutionError
+
+    path = quick_env / "broken.ipynb"
+    nbformat.write(
+        _notebook(
+            ("code", "import os\nassert os.environ['TRANSFORMER_LAB_QUICK'] == '1'"),
+            ("code", "1 / 0"),
+        ),
+        path,
+    )
+    with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
+        execute(path)

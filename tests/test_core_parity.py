@@ -824,3 +824,23 @@ def test_layernorm_fused_path_equals_explicit(dtype, eps):
     explicit = ln(x)
     ln.explicit = False
     torch.testing.assert_close(ln(x), explicit)
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((2, 3), (3,)), ((1,), (4, 1, 5)), ((2, 1, 4), (1, 3, 1)), ((), (2, 2)), ((0, 1), (1, 5))],
+)
+def test_broadcast_shapes_matches_torch(shapes):
+    from transformer_lab._validate import broadcast_shapes
+
+    assert broadcast_shapes(*shapes) == tuple(torch.broadcast_shapes(*shapes))
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (4,)), ((2, 1, 4), (3, 3, 1)), ((2,), (0,))])
+def test_broadcast_shapes_refuses_what_torch_refuses(shapes):
+    from transformer_lab._validate import broadcast_shapes
+
+    with pytest.raises(RuntimeError):
+        torch.broadcast_shapes(*shapes)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        broadcast_shapes(*shapes)

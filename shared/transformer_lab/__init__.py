@@ -5,9 +5,30 @@
     plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
+from . import data, train, viz
 from .add_norm import EncoderBlock, FeedForward, LayerNorm
-from .attention import SelfAttention, scaled_dot_product_attention
+from .attention import SelfAttention, fused_attention, scaled_dot_product_attention
+from .bart import (
+    BART,
+    document_rotation,
+    sentence_permutation,
+    shift_tokens_right,
+    span_corruption,
+    text_infilling,
+    token_deletion,
+    token_masking,
+)
+from .bert import (
+    BERT,
+    BertClassifier,
+    BertForPreTraining,
+    WordPieceTokenizer,
+    bert_mask_tokens,
+    load_minilm,
+    sentence_embedding,
+)
 from .encoder_decoder import DecoderBlock, Transformer, beam_search, greedy_decode
+from .gpt import GPT, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
 from .multihead import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .positional import (
@@ -17,10 +38,39 @@ from .positional import (
     sinusoidal_positional_encoding,
 )
 from .rnn import RNN, max_path_length, sequential_steps
+from .vit import ViT, patchify, unpatchify
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BART",
+    "BERT",
+    "BertClassifier",
+    "BertForPreTraining",
+    "GPT",
+    "GPTClassifier",
+    "ViT",
+    "WordPieceTokenizer",
+    "bert_mask_tokens",
+    "data",
+    "document_rotation",
+    "finetune_loss",
+    "fused_attention",
+    "lm_loss",
+    "load_minilm",
+    "patchify",
+    "sample_next",
+    "sentence_embedding",
+    "sentence_permutation",
+    "shift_targets",
+    "shift_tokens_right",
+    "span_corruption",
+    "text_infilling",
+    "token_deletion",
+    "token_masking",
+    "train",
+    "unpatchify",
+    "viz",
     "RNN",
     "DecoderBlock",
     "EncoderBlock",

@@ -28,6 +28,21 @@ def require_last_dim(name: str, x: torch.Tensor, size: int, what: str) -> None:
         raise ValueError(f"{name} has last dimension {x.shape[-1]} but {what} is {size} (shape {tuple(x.shape)})")
 
 
+def broadcast_shapes(*shapes) -> tuple[int, ...]:
+    """numpy-style broadcasting of shapes; ValueError if they do not broadcast.
+
+    Plain Python on purpose: torch.broadcast_shapes pulls in sympy on first use (seconds).
+    """
+    ndim = max((len(s) for s in shapes), default=0)
+    result = []
+    for i in range(1, ndim + 1):
+        sizes = {s[-i] for s in shapes if len(s) >= i} - {1}
+        if len(sizes) > 1:
+            raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(reversed(result))
+
+
 def require_bool_mask(mask: torch.Tensor, target: tuple[int, ...], target_name: str) -> None:
     """`mask` must be boolean (True = may attend) and broadcastable to `target`."""
     require_tensor("mask", mask)
@@ -37,8 +52,8 @@ def require_bool_mask(mask: torch.Tensor, target: tuple[int, ...], target_name: 
             "convert a 0/1 mask with mask.bool()"
         )
     try:
-        torch.broadcast_shapes(tuple(mask.shape), target)
-    except RuntimeError:
+        broadcast_shapes(tuple(mask.shape), target)
+    except ValueError:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to {target_name} {target}"
         ) from None

@@ -1,0 +1,49 @@
+"""Feedback sanitising: hidden tests never reach a student's feedback.
+
+nbgrader's feedback HTML is made from the autograded notebook, whose test cells still hold the
+hidden tests and whose tracebacks quote their source lines. `HideHiddenTests` (registered in
+`nbgrader_config.py`) replaces each hidden block with a one-line note and shortens every
+traceback in a test cell to its final line: the error type and the check's own message, which
+says what differs without showing the hidden code.
+"""
+
+import re
+
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class HideHiddenTests(NbGraderPreprocessor):
+    begin = Unicode("### BEGIN HIDDEN TESTS").tag(config=True)
+    end = Unicode("### END HIDDEN TESTS").tag(config=True)
+    note = Unicode("# (hidden tests run here when grading; they are not shown)").tag(config=True)
+
+    def _clear(self, source: str) -> str:
+        lines, out, hiding = source.splitlines(), [], False
+        for line in lines:
+            if self.begin in line:
+                hiding = True
+                out.append(line[: len(line) - len(line.lstrip())] + self.note)
+                continue
+            if self.end in line:
+                hiding = False
+                continue
+            if not hiding:
+                out.append(line)
+        return "\n".join(out)
+
+    def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type != "code":
+            return cell, resources
+        is_test = cell.metadata.get("nbgrader", {}).get("grade", False) and not cell.metadata.get(
+            "nbgrader", {}
+        ).get("solution", False)
+        if self.begin in cell.source or is_test:
+            cell.source = self._clear(cell.source)
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    message = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+                    output["traceback"] = [ANSI.sub("", message)]
+        return cell, resources

@@ -1,0 +1,1156 @@
+"""The engine behind every test cell: compare the student's code with the reference.
+
+A test cell calls ``check.<name>(<name>)``, e.g. ``check.scaled_dot_product_attention(
+scaled_dot_product_attention)``. The check
+
+- runs the student's code and the reference on identical inputs (drawn from the check's own
+  ``torch.Generator``, never the global seed) and, for modules, identical weights (the
+  reference's parameters are copied into the student's module);
+- compares outputs and gradients (inputs' and parameters') in float64 and float32 on the CPU,
+  and again on every accelerator present, with a tolerance per dtype;
+- on a mismatch says what differs (shape, dtype, device, where, by how much) and, when the
+  student's output equals one of the exercise's catalogued mistakes, names it in one sentence;
+- while the student's code runs, makes the reference twin and the PyTorch built-ins the exercise
+  replaces raise "implement this yourself";
+- saves a passing implementation into the student's own package (see ``transformer_lab.student``)
+  unless grading mode is on.
+
+``thorough=True`` (the hidden tests) runs many more cases: batch and head dimensions, length-1
+sequences, large logits, broadcast and fully-masked rows, every device.
+Works in plain Jupyter, Colab and under nbgrader alike; nothing here needs nbgrader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import attention as _attention
+from . import rnn as _rnn
+
+GRADING_ENV = "TRANSFORMER_LAB_GRADING"
+
+# (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
+TOLERANCES = {torch.float64: (1e-9, 1e-7), torch.float32: (3e-5, 3e-4)}
+ACCELERATOR_FLOAT32 = (2e-4, 2e-3)
+
+
+class CheckFailed(AssertionError):
+    """The student's code disagrees with the reference. The message says how."""
+
+
+class ImplementThisYourself(RuntimeError):
+    """Raised by a built-in or reference function that the graded exercise must not call."""
+
+
+def grading_mode() -> bool:
+    """True under the autograder (nbgrader's config sets TRANSFORMER_LAB_GRADING=1)."""
+    return os.environ.get(GRADING_ENV, "") not in ("", "0", "false", "False")
+
+
+def available_devices() -> list[torch.device]:
+    """The CPU plus every accelerator present (CUDA, MPS)."""
+    found = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        found.append(torch.device("cuda"))
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append(torch.device("mps"))
+    return found
+
+
+def _dtypes_for(device: torch.device) -> list[torch.dtype]:
+    return [torch.float32] if device.type == "mps" else [torch.float64, torch.float32]
+
+
+def _tolerance(dtype: torch.dtype, device: torch.device) -> tuple[float, float]:
+    if dtype == torch.float32 and device.type != "cpu":
+        return ACCELERATOR_FLOAT32
+    return TOLERANCES[dtype]
+
+
+# ----------------------------------------------------------------------------------------------
+# Exercises: what each one compares against, what it may not call, its catalogue of mistakes.
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A known wrong implementation (same signature as the exercise) and the sentence naming it."""
+
+    sentence: str
+    impl: Callable
+
+
+@dataclass
+class Exercise:
+    name: str
+    lesson: str  # "02"
+    module: str  # the reference module, e.g. "attention"
+    reference: Callable
+    forbidden: tuple[str, ...]  # dotted names that raise while the student's code runs
+    mistakes: list[Mistake] = field(default_factory=list)
+
+
+EXERCISES: dict[str, Exercise] = {}
+
+
+def _register(ex: Exercise) -> Exercise:
+    EXERCISES[ex.name] = ex
+    return ex
+
+
+# ----------------------------------------------------------------------------------------------
+# Forbidden names: patched for the duration of the student's call, restored afterwards.
+
+
+def _resolve(dotted: str):
+    """'torch.nn.functional.scaled_dot_product_attention' -> (owner object, attribute name)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:-1]:
+            owner = getattr(owner, attr)
+        return owner, parts[-1]
+    raise ImportError(dotted)
+
+
+def _stub(dotted: str, exercise: str) -> Callable:
+    short = dotted.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
+
+    def refuse(*args, **kwargs):
+        raise ImplementThisYourself(
+            f"implement this yourself: {short} is what the exercise `{exercise}` asks you to "
+            "build, so it is switched off while your code is checked. Write it with basic tensor "
+            "operations (@, softmax, tanh, ...)."
+        )
+
+    refuse.__name__ = f"forbidden_{dotted.rsplit('.', 1)[-1]}"
+    refuse._transformer_lab_forbidden = dotted
+    return refuse
+
+
+def _namespaces(obj) -> Iterator[dict]:
+    """The global namespaces the student's function or class looks names up in."""
+    seen: set[int] = set()
+    functions = []
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            if klass.__module__.startswith(("torch", "builtins")):
+                continue
+            for value in vars(klass).values():
+                value = getattr(value, "__func__", value)
+                if callable(value) and hasattr(value, "__globals__"):
+                    functions.append(value)
+    elif hasattr(obj, "__globals__"):
+        functions.append(obj)
+    for fn in functions:
+        if id(fn.__globals__) not in seen:
+            seen.add(id(fn.__globals__))
+            yield fn.__globals__
+
+
+def _closure_cells(obj) -> Iterator:
+    functions = [obj] if hasattr(obj, "__closure__") else []
+    if isinstance(obj, type):
+        functions = [getattr(v, "__func__", v) for v in vars(obj).values()]
+    for fn in functions:
+        yield from getattr(fn, "__closure__", None) or ()
+
+
+@contextlib.contextmanager
+def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
+    """Make each dotted name (and any alias of it the student's code holds) raise, then restore."""
+    undo: list[Callable[[], None]] = []
+    originals: dict[int, Callable] = {}
+    try:
+        for dotted in dotted_names:
+            try:
+                owner, attr = _resolve(dotted)
+                original = getattr(owner, attr)
+            except (ImportError, AttributeError):
+                continue
+            stub = originals.setdefault(id(original), _stub(dotted, exercise))
+            setattr(owner, attr, stub)
+            undo.append(lambda o=owner, a=attr, v=original: setattr(o, a, v))
+        # Names the student bound directly: `from torch.nn.functional import scaled_dot_...`.
+        for namespace in _namespaces(student_obj):
+            for key, value in list(namespace.items()):
+                if id(value) in originals and namespace[key] is value:
+                    namespace[key] = originals[id(value)]
+                    undo.append(lambda ns=namespace, k=key, v=value: ns.__setitem__(k, v))
+        for cell in _closure_cells(student_obj):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+            if id(value) in originals:
+                cell.cell_contents = originals[id(value)]
+                undo.append(lambda c=cell, v=value: setattr(c, "cell_contents", v))
+        yield
+    finally:
+        for restore in reversed(undo):
+            restore()
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparing outputs.
+
+
+def _as_tuple(out) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def _fmt_index(flat_index: int, shape: torch.Size) -> str:
+    index = []
+    for size in reversed(shape):
+        index.append(flat_index % size)
+        flat_index //= size
+    return str(tuple(reversed(index)))
+
+
+def _compare_tensor(expected, got, what: str, dtype, device) -> str | None:
+    """None when equal within tolerance, else one sentence saying what differs."""
+    if not isinstance(got, torch.Tensor):
+        return f"{what} should be a tensor but is a {type(got).__name__}"
+    if tuple(got.shape) != tuple(expected.shape):
+        return f"{what} has shape {tuple(got.shape)} but should have shape {tuple(expected.shape)}"
+    if got.dtype != expected.dtype:
+        return f"{what} has dtype {got.dtype} but should have dtype {expected.dtype} (same as the inputs)"
+    if got.device.type != expected.device.type:
+        return f"{what} is on device {got.device} but the inputs are on {expected.device}"
+    if expected.dtype == torch.bool or not expected.is_floating_point():
+        if torch.equal(got, expected):
+            return None
+        where = (got != expected).flatten().nonzero()[0].item()
+        return (
+            f"{what} differs at index {_fmt_index(where, got.shape)}: "
+            f"got {got.flatten()[where].item()}, expected {expected.flatten()[where].item()}"
+        )
+    atol, rtol = _tolerance(dtype, device)
+    g, e = got.detach().double().cpu(), expected.detach().double().cpu()
+    bad_nan = g.isnan() & ~e.isnan()
+    if bad_nan.any():
+        where = bad_nan.flatten().nonzero()[0].item()
+        return (
+            f"{what} contains NaN ({int(bad_nan.sum())} of {g.numel()} entries, first at index "
+            f"{_fmt_index(where, g.shape)}) where the reference gives {e.flatten()[where].item():.6g}"
+        )
+    bad_inf = g.isinf() & ~e.isinf()
+    if bad_inf.any():
+        where = bad_inf.flatten().nonzero()[0].item()
+        return f"{what} contains inf (first at index {_fmt_index(where, g.shape)})"
+    if torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    diff = (g - e).abs().nan_to_num(0.0)
+    where = diff.flatten().argmax().item()
+    n_bad = int((diff > atol + rtol * e.abs()).sum())
+    return (
+        f"{what} differs in {n_bad} of {g.numel()} entries; the largest difference is "
+        f"{diff.flatten()[where].item():.3g} at index {_fmt_index(where, g.shape)} "
+        f"(got {g.flatten()[where].item():.6g}, expected {e.flatten()[where].item():.6g}; "
+        f"tolerance atol={atol:g}, rtol={rtol:g} for {str(dtype).replace('torch.', '')})"
+    )
+
+
+def _compare_outputs(expected, got, names: tuple[str, ...], dtype, device) -> str | None:
+    expected, got_t = _as_tuple(expected), _as_tuple(got)
+    if len(got_t) != len(expected) or (len(expected) > 1 and not isinstance(got, (tuple, list))):
+        return (
+            f"the result should be {len(expected)} value(s) ({', '.join(names)}) "
+            f"but is {type(got).__name__}"
+            + (f" of length {len(got_t)}" if isinstance(got, (tuple, list)) else "")
+        )
+    for e, g, name in zip(expected, got_t, names):
+        problem = _compare_tensor(e, g, name, dtype, device)
+        if problem:
+            return problem
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Cases: inputs built in float64 on the CPU from the check's own generator, then moved.
+
+
+@dataclass
+class Case:
+    label: str
+    make: Callable[[torch.Generator], dict]  # -> keyword arguments (float64 / bool CPU tensors)
+    init: dict = field(default_factory=dict)  # constructor arguments (module exercises)
+
+
+def _move(inputs: dict, dtype, device, requires_grad: bool) -> dict:
+    moved = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value.to(device)
+            if value.is_floating_point():
+                value = value.to(dtype).detach().requires_grad_(requires_grad)
+        moved[key] = value
+    return moved
+
+
+def _grad_leaves(inputs: dict) -> list[tuple[str, torch.Tensor]]:
+    return [(k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.requires_grad]
+
+
+def _cotangents(outputs: tuple, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.device, o.dtype)
+        for o in outputs
+    ]
+
+
+def _backward(outputs: tuple, cotangents, leaves: list[torch.Tensor]) -> list:
+    pairs = [(o, c) for o, c in zip(outputs, cotangents) if o.is_floating_point()]
+    if not pairs or not leaves:
+        return []
+    loss = sum((o * c).nan_to_num(0.0).sum() for o, c in pairs)
+    if not loss.requires_grad:
+        return [None] * len(leaves)
+    return list(torch.autograd.grad(loss, leaves, allow_unused=True))
+
+
+def _same(a, b, dtype, device) -> bool:
+    a, b = _as_tuple(a), _as_tuple(b)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            if x != y:
+                return False
+            continue
+        if x.shape != y.shape:
+            return False
+        atol, rtol = _tolerance(dtype, device)
+        if not torch.allclose(
+            x.detach().double().cpu(),
+            y.detach().double().cpu(),
+            atol=atol,
+            rtol=rtol,
+            equal_nan=True,
+        ):
+            return False
+    return True
+
+
+def _diagnose(ex: Exercise, run_mistake: Callable, expected, got, dtype, device) -> str:
+    """Name the catalogued mistake whose output equals the student's (and not the reference's)."""
+    for mistake in ex.mistakes:
+        try:
+            with torch.no_grad():
+                out = run_mistake(mistake.impl)
+        except Exception:
+            continue
+        if _same(out, got, dtype, device) and not _same(out, expected, dtype, device):
+            return f"\nLikely mistake: {mistake.sentence}"
+    return ""
+
+
+# ----------------------------------------------------------------------------------------------
+# The two drivers: plain functions (tensor in, tensor out) and nn.Module classes.
+
+
+def _settings(thorough: bool):
+    devices = available_devices() if thorough else [torch.device("cpu")]
+    return [(device, dtype) for device in devices for dtype in _dtypes_for(device)]
+
+
+def _fail(ex: Exercise, case: Case, dtype, device, problem: str, hint: str = "") -> None:
+    raise CheckFailed(
+        f"{ex.name}: {problem}\n  case: {case.label} "
+        f"({str(dtype).replace('torch.', '')} on {device.type}){hint}"
+    ) from None
+
+
+def _run_student(ex: Exercise, student_obj, call: Callable):
+    with forbid(ex.forbidden, student_obj, ex.name):
+        return call()
+
+
+def _check_function(ex, student_fn, cases, names, thorough, grad_names=None) -> int:
+    n = 0
+    for device, dtype in _settings(thorough):
+        for i, case in enumerate(cases):
+            g = torch.Generator().manual_seed(1000 + i)
+            base = case.make(g)
+            ref_in = _move(base, dtype, device, True)
+            expected = _as_tuple(ex.reference(**ref_in))
+            stu_in = _move(base, dtype, device, True)
+            try:
+                got = _run_student(ex, student_fn, lambda: student_fn(**stu_in))  # noqa: B023
+            except (ImplementThisYourself, NotImplementedError):
+                raise
+            except Exception as err:
+                _fail(ex, case, dtype, device, f"your function raised {type(err).__name__}: {err}")
+
+            def run_mistake(impl, base=base):
+                return impl(**_move(base, dtype, device, False))  # noqa: B023
+
+            problem = _compare_outputs(expected, got, names, dtype, device)
+            if problem:
+                _fail(
+                    ex,
+                    case,
+                    dtype,
+                    device,
+                    problem,
+                    _diagnose(ex, run_mistake, expected, got, dtype, device),
+                )
+            # gradients with respect to every floating input
+            got = _as_tuple(got)
+            cot = _cotangents(expected, seed=7 + i)
+            ref_leaves, stu_leaves = _grad_leaves(ref_in), _grad_leaves(stu_in)
+            ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
+            stu_grads = _backward(got, cot, [v for _, v in stu_leaves])
+            for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
+                if rg is None:
+                    continue
+                if sg is None:
+                    _fail(
+                        ex,
+                        case,
+                        dtype,
+                        device,
+                        f"no gradient flows back to `{key}`: your output is cut off from the "
+                        "autograd graph (.detach(), .item(), numpy or a new torch.tensor(...))",
+                    )
+                problem = _compare_tensor(
+                    rg, sg, f"the gradient with respect to `{key}`", dtype, device
+                )
+                if problem:
+                    _fail(ex, case, dtype, device, problem)
+            n += 1
+    return n
+
+
+def _init_parameters(module: nn.Module, seed: int) -> None:
+    """Fill every parameter from the check's own generator (independent of the global seed)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            fan_in = p.shape[-1] if p.dim() > 1 else p.shape[0]
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
+
+
+def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: Case) -> None:
+    ref_state = reference.state_dict()
+    stu_keys = set(student.state_dict())
+    if stu_keys != set(ref_state):
+        missing = sorted(set(ref_state) - stu_keys)
+        extra = sorted(stu_keys - set(ref_state))
+        raise CheckFailed(
+            f"{ex.name}: your module's parameters do not match the reference's, so its weights "
+            f"cannot be copied in.\n  missing: {missing or 'none'}; unexpected: {extra or 'none'}\n"
+            f"  expected parameter names: {sorted(ref_state)} (case: {case.label})"
+        )
+    for key, value in ref_state.items():
+        mine = student.state_dict()[key]
+        if mine.shape != value.shape:
+            raise CheckFailed(
+                f"{ex.name}: parameter `{key}` has shape {tuple(mine.shape)} but the reference's "
+                f"has shape {tuple(value.shape)} (case: {case.label})"
+            )
+    student.load_state_dict(ref_state)
+
+
+def _check_module(ex, student_cls, cases, names, thorough) -> int:
+    n = 0
+    for device, dtype in _settings(thorough):
+        for i, case in enumerate(cases):
+            g = torch.Generator().manual_seed(2000 + i)
+            base = case.make(g)
+            with torch.random.fork_rng(devices=[]):
+                reference = ex.reference(**case.init)
+            _init_parameters(reference, seed=3000 + i)
+            reference.to(device=device, dtype=dtype).eval()
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    student = _run_student(ex, student_cls, lambda: student_cls(**case.init))  # noqa: B023
+            except (ImplementThisYourself, NotImplementedError):
+                raise
+            except Exception as err:
+                _fail(
+                    ex,
+                    case,
+                    dtype,
+                    device,
+                    f"constructing your module raised {type(err).__name__}: {err}",
+                )
+            if not isinstance(student, nn.Module):
+                _fail(ex, case, dtype, device, f"{ex.name} should be an nn.Module subclass")
+            student.to(device=device, dtype=dtype)
+            _copy_weights(ex, reference, student, case)
+            student.eval()
+
+            ref_in = _move(base, dtype, device, True)
+            expected = _as_tuple(reference(**ref_in))
+            stu_in = _move(base, dtype, device, True)
+            try:
+                got = _run_student(ex, student_cls, lambda: student(**stu_in))  # noqa: B023
+            except (ImplementThisYourself, NotImplementedError):
+                raise
+            except Exception as err:
+                _fail(ex, case, dtype, device, f"your forward raised {type(err).__name__}: {err}")
+
+            def run_mistake(impl, base=base, reference=reference):
+                wrong = impl(**case.init)  # noqa: B023
+                wrong.load_state_dict(reference.state_dict())
+                wrong.to(device=device, dtype=dtype).eval()  # noqa: B023
+                return wrong(**_move(base, dtype, device, False))  # noqa: B023
+
+            problem = _compare_outputs(expected, got, names, dtype, device)
+            if problem:
+                _fail(
+                    ex,
+                    case,
+                    dtype,
+                    device,
+                    problem,
+                    _diagnose(ex, run_mistake, expected, got, dtype, device),
+                )
+            got = _as_tuple(got)
+            cot = _cotangents(expected, seed=7 + i)
+            ref_leaves = _grad_leaves(ref_in) + list(reference.named_parameters())
+            stu_params = dict(student.named_parameters())
+            stu_leaves = _grad_leaves(stu_in) + [
+                (k, stu_params[k]) for k, _ in reference.named_parameters()
+            ]
+            ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
+            stu_grads = _backward(got, cot, [v for _, v in stu_leaves])
+            for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
+                if rg is None:
+                    continue
+                if sg is None:
+                    _fail(
+                        ex,
+                        case,
+                        dtype,
+                        device,
+                        f"no gradient reaches `{key}` (is it used in forward?)",
+                    )
+                problem = _compare_tensor(
+                    rg, sg, f"the gradient with respect to `{key}`", dtype, device
+                )
+                if problem:
+                    _fail(ex, case, dtype, device, problem)
+            n += 1
+    return n
+
+
+def _passed(
+    ex: Exercise, student_obj, n_cases: int, thorough: bool, seconds: float, what: str
+) -> bool:
+    kind = "thorough" if thorough else "visible"
+    print(f"✓ {ex.name}: all {n_cases} {kind} checks passed ({what}; {seconds:.2f} s)")
+    if not grading_mode():
+        from . import student as _student
+
+        _student.save(ex.name, student_obj, thorough=thorough)
+    return True
+
+
+def _run(ex: Exercise, student_obj, cases, names, thorough, kind: str) -> bool:
+    if student_obj is None:
+        raise CheckFailed(f"{ex.name}: pass your implementation, e.g. check.{ex.name}({ex.name})")
+    if getattr(student_obj, "_transformer_lab_forbidden", None) or student_obj is ex.reference:
+        raise ImplementThisYourself(
+            f"implement this yourself: check.{ex.name} was given the reference implementation, "
+            "not yours"
+        )
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread is several times faster on a busy CPU
+    try:
+        if kind == "module":
+            n = _check_module(ex, student_obj, cases, names, thorough)
+        elif kind == "function":
+            n = _check_function(ex, student_obj, cases, names, thorough)
+        else:
+            n = kind(ex, student_obj, thorough)
+    finally:
+        torch.set_num_threads(threads)
+    if callable(kind):
+        what = "every kind, length and kernel size"
+    else:
+        where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
+        what = f"forward and gradients, float64 and float32 on {where}"
+    return _passed(ex, student_obj, n, thorough, time.perf_counter() - start, what)
+
+
+# ==============================================================================================
+# Lesson 01 — RNN limits
+
+
+class _RNNNoTanh(_rnn.RNN):
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = self.w_xh(x[:, t]) + self.w_hh(h)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNRelu(_rnn.RNN):
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.relu(self.w_xh(x[:, t]) + self.w_hh(h))
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNIgnoresH0(_rnn.RNN):
+    def forward(self, x, h0=None):
+        return super().forward(x, None)
+
+
+class _RNNBackwards(_rnn.RNN):
+    def forward(self, x, h0=None):
+        out, h = super().forward(x.flip(1), h0)
+        return out.flip(1), h
+
+
+class _RNNNoCarry(_rnn.RNN):
+    def forward(self, x, h0=None):
+        h_prev = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = [torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h_prev)) for t in range(x.shape[1])]
+        return torch.stack(outs, 1), outs[-1]
+
+
+_RNN_EX = _register(
+    Exercise(
+        name="RNN",
+        lesson="01",
+        module="rnn",
+        reference=_rnn.RNN,
+        forbidden=(
+            "torch.nn.RNN",
+            "torch.nn.RNNCell",
+            "torch.nn.LSTM",
+            "torch.nn.GRU",
+            "torch.rnn_tanh",
+            "torch.rnn_tanh_cell",
+            "transformer_lab.rnn.RNN",
+            "transformer_lab.RNN",
+        ),
+        mistakes=[
+            Mistake("the tanh is missing: h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b).", _RNNNoTanh),
+            Mistake("the recurrence uses ReLU; this RNN uses tanh.", _RNNRelu),
+            Mistake(
+                "h0 is ignored: when an initial state is given, start the loop from it.",
+                _RNNIgnoresH0,
+            ),
+            Mistake(
+                "the loop reads the sequence backwards: step t must read x[:, t], t = 0 … L-1.",
+                _RNNBackwards,
+            ),
+            Mistake(
+                "the hidden state is not carried from step to step: every step must feed the previous "
+                "step's h into w_hh (assign h = tanh(...) inside the loop).",
+                _RNNNoCarry,
+            ),
+        ],
+    )
+)
+
+
+def _rnn_cases(thorough: bool) -> list[Case]:
+    def case(B, L, d_in, d_h, h0=False):
+        def make(g):
+            inputs = {"x": torch.randn(B, L, d_in, generator=g, dtype=torch.float64)}
+            if h0:
+                inputs["h0"] = torch.randn(B, d_h, generator=g, dtype=torch.float64) * 0.5
+            return inputs
+
+        label = f"RNN({d_in}, {d_h}) on x {(B, L, d_in)}" + (", with h0" if h0 else "")
+        return Case(label, make, {"d_in": d_in, "d_hidden": d_h})
+
+    cases = [case(2, 5, 3, 4), case(3, 4, 4, 4, h0=True)]
+    if thorough:
+        cases += [
+            case(1, 1, 2, 3),
+            case(4, 9, 5, 2, h0=True),
+            case(2, 16, 3, 6),
+            case(5, 1, 3, 3, h0=True),
+        ]
+    return cases
+
+
+def RNN(student_cls, thorough: bool = False) -> bool:
+    """Check an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)."""
+    return _run(_RNN_EX, student_cls, _rnn_cases(thorough), ("outputs", "h_L"), thorough, "module")
+
+
+def _steps_plain(kind, n, kernel_size=3):
+    """A private copy of the right answer for the mutants (the reference itself is forbidden)."""
+    if kind == "rnn":
+        return n
+    if kind == "attention":
+        return 1
+    return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+
+
+def _steps_conv_ceil_n_over_k(kind, n, kernel_size=3):
+    if kind == "conv":
+        return max(1, math.ceil(n / kernel_size))
+    return _steps_plain(kind, n, kernel_size)
+
+
+def _steps_conv_log(kind, n, kernel_size=3):
+    if kind == "conv":
+        return max(1, math.ceil(math.log(n, kernel_size))) if n > 1 else 1
+    return _steps_plain(kind, n, kernel_size)
+
+
+def _steps_attention_n(kind, n, kernel_size=3):
+    return n if kind == "attention" else _steps_plain(kind, n, kernel_size)
+
+
+def _steps_rnn_n_minus_1(kind, n, kernel_size=3):
+    return n - 1 if kind == "rnn" else _steps_plain(kind, n, kernel_size)
+
+
+def _steps_conv_zero(kind, n, kernel_size=3):
+    if kind == "conv":
+        return math.ceil((n - 1) / (kernel_size - 1))
+    return _steps_plain(kind, n, kernel_size)
+
+
+_STEPS_EX = _register(
+    Exercise(
+        name="sequential_steps",
+        lesson="01",
+        module="rnn",
+        reference=_rnn.sequential_steps,
+        forbidden=(
+            "transformer_lab.rnn.sequential_steps",
+            "transformer_lab.sequential_steps",
+            "transformer_lab.rnn.max_path_length",
+            "transformer_lab.max_path_length",
+        ),
+        mistakes=[
+            Mistake(
+                "each extra width-k convolution layer widens the window by k-1 tokens, not k: a stack "
+                "needs ceil((n-1)/(k-1)) layers.",
+                _steps_conv_ceil_n_over_k,
+            ),
+            Mistake(
+                "log_k(n) layers is for dilated convolutions; plain stacked ones need ceil((n-1)/(k-1)).",
+                _steps_conv_log,
+            ),
+            Mistake(
+                "self-attention connects every pair of positions in a single step: 1, whatever n.",
+                _steps_attention_n,
+            ),
+            Mistake(
+                "an RNN needs one step per token, n (n-1 is its path length between the ends).",
+                _steps_rnn_n_minus_1,
+            ),
+            Mistake(
+                "a single token still needs one layer: the answer is at least 1.", _steps_conv_zero
+            ),
+        ],
+    )
+)
+
+
+def _check_steps(ex: Exercise, student_fn, thorough: bool) -> int:
+    grid = [("rnn", 1, 3), ("rnn", 10, 3), ("attention", 10, 3), ("conv", 9, 3), ("conv", 10, 5)]
+    if thorough:
+        grid += [
+            (kind, n, k)
+            for kind in ("rnn", "conv", "attention")
+            for n in (1, 2, 3, 7, 64, 100, 513)
+            for k in (2, 3, 4, 7)
+        ]
+    for kind, n, k in grid:
+        expected = ex.reference(kind, n, k)
+        try:
+            got = _run_student(ex, student_fn, lambda: student_fn(kind, n, kernel_size=k))  # noqa: B023
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except Exception as err:
+            raise CheckFailed(
+                f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) raised "
+                f"{type(err).__name__}: {err}"
+            ) from None
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != expected:
+            hint = ""
+            for mistake in ex.mistakes:
+                wrong = mistake.impl(kind, n, k)
+                if wrong == got and wrong != expected:
+                    hint = f"\nLikely mistake: {mistake.sentence}"
+                    break
+            raise CheckFailed(
+                f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) returned {got!r}, "
+                f"expected {expected}{hint}"
+            )
+    return len(grid)
+
+
+def sequential_steps(student_fn, thorough: bool = False) -> bool:
+    """Check sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'."""
+    return _run(_STEPS_EX, student_fn, None, None, thorough, _check_steps)
+
+
+# ==============================================================================================
+# Lesson 02 — QKV attention
+
+
+def _scores(q, k):
+    return q @ k.transpose(-2, -1)
+
+
+def _sdpa_plain(q, k, v, mask=None):
+    """A private copy of the right answer for the mutants (the reference itself is forbidden)."""
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_no_scale(q, k, v, mask=None):
+    s = _scores(q, k)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_scale_d_k(q, k, v, mask=None):
+    s = _scores(q, k) / q.shape[-1]
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_query_axis(q, k, v, mask=None):
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -2).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_mask_after_softmax(q, k, v, mask=None):
+    w = torch.softmax(_scores(q, k) / math.sqrt(q.shape[-1]), -1)
+    if mask is not None:
+        w = w.masked_fill(~mask, 0.0)
+    return w @ v, w
+
+
+def _sdpa_mask_inverted(q, k, v, mask=None):
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask, float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_mask_zero(q, k, v, mask=None):
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, 0.0)
+    w = torch.softmax(s, -1)
+    return w @ v, w
+
+
+def _sdpa_naive_exp(q, k, v, mask=None):
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    e = torch.exp(s)
+    if mask is not None:
+        e = e.masked_fill(~mask, 0.0)
+    w = (e / e.sum(-1, keepdim=True)).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_nan_rows(q, k, v, mask=None):
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1)
+    return w @ v, w
+
+
+_SDPA_EX = _register(
+    Exercise(
+        name="scaled_dot_product_attention",
+        lesson="02",
+        module="attention",
+        reference=_attention.scaled_dot_product_attention,
+        forbidden=(
+            "torch.nn.functional.scaled_dot_product_attention",
+            "torch._C._nn.scaled_dot_product_attention",
+            "torch.nn.functional.multi_head_attention_forward",
+            "torch.nn.MultiheadAttention",
+            "transformer_lab.attention.scaled_dot_product_attention",
+            "transformer_lab.attention.fused_attention",
+            "transformer_lab.scaled_dot_product_attention",
+        ),
+        mistakes=[
+            Mistake("your scores are not divided by √d_k.", _sdpa_no_scale),
+            Mistake("your scores are divided by d_k instead of √d_k.", _sdpa_scale_d_k),
+            Mistake(
+                "softmax runs over the query axis (dim=-2); it must run over the keys (dim=-1).",
+                _sdpa_query_axis,
+            ),
+            Mistake(
+                "the mask is applied after softmax: fill the masked scores with -inf before the "
+                "softmax so each row still sums to 1.",
+                _sdpa_mask_after_softmax,
+            ),
+            Mistake(
+                "the mask is inverted: True means 'may attend', so fill where the mask is False (~mask).",
+                _sdpa_mask_inverted,
+            ),
+            Mistake(
+                "masked scores are set to 0 instead of -inf, so masked keys still get weight.",
+                _sdpa_mask_zero,
+            ),
+            Mistake(
+                "exp(scores) / sum(exp(scores)) overflows for large scores: subtract each row's maximum "
+                "first, or use torch.softmax.",
+                _sdpa_naive_exp,
+            ),
+            Mistake(
+                "a query whose keys are all masked gets NaN weights; the contract asks for zeros "
+                "there (e.g. weights.nan_to_num(0.0)).",
+                _sdpa_nan_rows,
+            ),
+        ],
+    )
+)
+
+
+def _sdpa_cases(thorough: bool) -> list[Case]:
+    def case(batch, Lq, Lk, d_k, d_v, mask=None, scale=1.0, label=""):
+        def make(g):
+            q = torch.randn(*batch, Lq, d_k, generator=g, dtype=torch.float64) * scale
+            k = torch.randn(*batch, Lk, d_k, generator=g, dtype=torch.float64) * scale
+            v = torch.randn(*batch, Lk, d_v, generator=g, dtype=torch.float64)
+            inputs = {"q": q, "k": k, "v": v}
+            if mask is not None:
+                inputs["mask"] = mask(g)
+            return inputs
+
+        text = f"q {(*batch, Lq, d_k)}, k {(*batch, Lk, d_k)}, v {(*batch, Lk, d_v)}"
+        return Case(text + (f", {label}" if label else ""), make)
+
+    def random_mask(shape, p=0.7, full_row=False):
+        def make(g):
+            m = torch.rand(shape, generator=g) < p
+            m[..., 0] = True  # every query may attend to at least one key
+            if full_row:
+                m[..., 0, :] = False  # ... except the first query of each matrix
+            return m
+
+        return make
+
+    def causal(L):
+        return lambda g: torch.ones(L, L, dtype=torch.bool).tril()
+
+    cases = [
+        case((), 3, 5, 4, 6),
+        case((2,), 4, 4, 8, 8, mask=causal(4), label="causal mask (4, 4)"),
+        case((2, 2), 3, 5, 16, 4, mask=random_mask((2, 2, 3, 5)), label="mask (2, 2, 3, 5)"),
+    ]
+    if thorough:
+        cases += [
+            case((1,), 1, 1, 4, 4, label="length-1 sequences"),
+            case((3,), 1, 7, 8, 5, label="one query"),
+            case((2, 4), 6, 6, 32, 32),
+            case((2, 3), 5, 7, 1, 3, label="d_k = 1"),
+            case((2,), 6, 6, 64, 16, scale=12.0, label="large logits (q, k scaled by 12)"),
+            case(
+                (2, 2),
+                5,
+                5,
+                8,
+                8,
+                mask=random_mask((2, 1, 5, 5)),
+                label="mask (2, 1, 5, 5) broadcast over heads",
+            ),
+            case(
+                (2, 3),
+                4,
+                6,
+                8,
+                2,
+                mask=random_mask((4, 6), p=0.4),
+                label="mask (4, 6) broadcast over batch",
+            ),
+            case(
+                (2,),
+                4,
+                5,
+                8,
+                8,
+                mask=random_mask((2, 4, 5), full_row=True),
+                label="a query with every key masked",
+            ),
+            case(
+                (2, 3, 2), 3, 4, 4, 4, mask=random_mask((1, 1, 1, 3, 4)), label="three batch dims"
+            ),
+        ]
+    return cases
+
+
+def scaled_dot_product_attention(student_fn, thorough: bool = False) -> bool:
+    """Check scaled_dot_product_attention(q, k, v, mask=None) -> (output, weights)."""
+    return _run(
+        _SDPA_EX, student_fn, _sdpa_cases(thorough), ("output", "weights"), thorough, "function"
+    )
+
+
+class _SelfAttentionValuesAreX(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        v = x if self.d_v == x.shape[-1] else self.w_v(x)
+        out, _ = _sdpa_plain(self.w_q(x), self.w_k(x), v, mask)
+        return out
+
+
+class _SelfAttentionKeysFromWq(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, _ = _sdpa_plain(self.w_q(x), self.w_q(x), self.w_v(x), mask)
+        return out
+
+
+class _SelfAttentionSwapped(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, _ = _sdpa_plain(self.w_k(x), self.w_q(x), self.w_v(x), mask)
+        return out
+
+
+class _SelfAttentionUntransposed(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        q = x @ self.w_q.weight
+        k = x @ self.w_k.weight
+        v = x @ self.w_v.weight
+        out, _ = _sdpa_plain(q, k, v, mask)
+        return out
+
+
+class _SelfAttentionIgnoresMask(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, _ = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), None)
+        return out
+
+
+class _SelfAttentionUnscaled(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, _ = _sdpa_no_scale(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        return out
+
+
+_SELF_ATTENTION_EX = _register(
+    Exercise(
+        name="SelfAttention",
+        lesson="02",
+        module="attention",
+        reference=_attention.SelfAttention,
+        forbidden=(
+            "torch.nn.functional.scaled_dot_product_attention",
+            "torch._C._nn.scaled_dot_product_attention",
+            "torch.nn.functional.multi_head_attention_forward",
+            "torch.nn.MultiheadAttention",
+            "transformer_lab.attention.scaled_dot_product_attention",
+            "transformer_lab.attention.fused_attention",
+            "transformer_lab.attention.SelfAttention",
+            "transformer_lab.scaled_dot_product_attention",
+            "transformer_lab.SelfAttention",
+            "transformer_lab.multihead.MultiHeadAttention",
+        ),
+        mistakes=[
+            Mistake(
+                "the values are the raw inputs x: compute V = X W^V with self.w_v.",
+                _SelfAttentionValuesAreX,
+            ),
+            Mistake(
+                "the keys are computed with w_q: K = X W^K uses self.w_k.", _SelfAttentionKeysFromWq
+            ),
+            Mistake(
+                "queries and keys are swapped: the scores are Q Kᵀ, one row per query.",
+                _SelfAttentionSwapped,
+            ),
+            Mistake(
+                "the projections use W instead of Wᵀ: nn.Linear computes x Wᵀ; call self.w_q(x) "
+                "rather than x @ self.w_q.weight.",
+                _SelfAttentionUntransposed,
+            ),
+            Mistake(
+                "the mask argument is ignored: pass it on to the attention function.",
+                _SelfAttentionIgnoresMask,
+            ),
+            Mistake(
+                "the scores inside your layer are not divided by √d_k.", _SelfAttentionUnscaled
+            ),
+        ],
+    )
+)
+
+
+def _self_attention_cases(thorough: bool) -> list[Case]:
+    def case(B, L, d_model, d_k=None, d_v=None, mask=False):
+        def make(g):
+            inputs = {"x": torch.randn(B, L, d_model, generator=g, dtype=torch.float64)}
+            if mask:
+                inputs["mask"] = torch.ones(L, L, dtype=torch.bool).tril()
+            return inputs
+
+        init = {"d_model": d_model, "d_k": d_k, "d_v": d_v}
+        label = f"SelfAttention({d_model}, d_k={d_k}, d_v={d_v}) on x {(B, L, d_model)}"
+        return Case(label + (", causal mask" if mask else ""), make, init)
+
+    cases = [case(2, 5, 8), case(2, 4, 6, d_k=4, d_v=5, mask=True)]
+    if thorough:
+        cases += [
+            case(1, 1, 4),
+            case(3, 7, 16, d_k=8, d_v=8),
+            case(2, 6, 8, mask=True),
+            case(4, 3, 5, d_k=2, d_v=3),
+        ]
+    return cases
+
+
+def SelfAttention(student_cls, thorough: bool = False) -> bool:
+    """Check a SelfAttention class: SelfAttention(d_model, d_k=None, d_v=None), forward(x, mask=None)."""
+    return _run(
+        _SELF_ATTENTION_EX,
+        student_cls,
+        _self_attention_cases(thorough),
+        ("output",),
+        thorough,
+        "module",
+    )
+
+
+__all__ = [
+    "EXERCISES",
+    "RNN",
+    "CheckFailed",
+    "Exercise",
+    "ImplementThisYourself",
+    "Mistake",
+    "SelfAttention",
+    "available_devices",
+    "forbid",
+    "grading_mode",
+    "scaled_dot_product_attention",
+    "sequential_steps",
+]

@@ -1,0 +1,201 @@
+"""Course commands: ``python -m transformer_lab.cli <command>`` (or ``transformer-lab <command>``).
+
+    generate [ASSIGNMENT ...]      regenerate exercises/ from solutions/ (all lessons by default)
+    autograde ASSIGNMENT NB.ipynb  grade submitted notebook(s) for one student; prints the scores
+    feedback ASSIGNMENT            write feedback HTML (hidden tests removed) for graded students
+    progress                       which parts of your own package are yours
+
+nbgrader only finds its configuration in the current folder, so every nbgrader step runs with
+``autograder/`` as its working directory; ``--course-dir`` grades a copy of the course instead
+(the tests use it so parallel runs never share a gradebook).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+
+def course_root(path: str | os.PathLike | None = None) -> Path:
+    """The course folder: the given one, else the repository this package was installed from."""
+    if path is not None:
+        return Path(path).resolve()
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "autograder" / "nbgrader_config.py").is_file():
+        raise SystemExit(f"no autograder/nbgrader_config.py under {root}: pass --course-dir")
+    return root
+
+
+def _nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one nbgrader command with the course's configuration."""
+    env = dict(os.environ, TRANSFORMER_LAB_COURSE_ROOT=str(root), PYTHONHASHSEED="0")
+    # nbgrader runs `alembic` (its database migrations) from PATH: use this environment's.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    command = [sys.executable, "-m", "nbgrader", *args]
+    result = subprocess.run(
+        command, cwd=root / "autograder", env=env, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(
+            f"`nbgrader {' '.join(args)}` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def assignments(root: Path) -> list[str]:
+    """Every lesson in solutions/ (folders NN_topic holding NN_topic.ipynb)."""
+    return sorted(
+        p.parent.name for p in (root / "solutions").glob("*/*.ipynb") if p.stem == p.parent.name
+    )
+
+
+def generate(root: Path, names: list[str] | None = None, quiet: bool = False) -> list[Path]:
+    """`nbgrader generate_assignment --force` for each lesson; output is byte-identical run to run."""
+    written = []
+    for name in names or assignments(root):
+        _nbgrader(root, "generate_assignment", name, "--force")
+        for nb_path in sorted((root / "exercises" / name).glob("*.ipynb")):
+            _normalise(nb_path)
+            written.append(nb_path)
+        if not quiet:
+            print(f"generated exercises/{name}")
+    return written
+
+
+def _normalise(path: Path) -> None:
+    """Write with nbformat's canonical formatting (sorted keys, one trailing newline)."""
+    nb = nbformat.read(path, as_version=4)
+    path.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+
+
+def repair(submission: Path, released: Path) -> int:
+    """Restore nbgrader metadata that an editor stripped, matching cells to the released notebook.
+
+    Returns the number of cells repaired. Cells are matched by id, then by identical source.
+    """
+    nb = nbformat.read(submission, as_version=4)
+    ref = nbformat.read(released, as_version=4)
+    by_id = {c.get("id"): c for c in ref.cells if "nbgrader" in c.metadata}
+    by_source = {c.source: c for c in ref.cells if "nbgrader" in c.metadata}
+    repaired = 0
+    for cell in nb.cells:
+        if "nbgrader" in cell.metadata:
+            continue
+        match = by_id.get(cell.get("id")) or by_source.get(cell.source)
+        if match is not None:
+            cell.metadata["nbgrader"] = json.loads(json.dumps(match.metadata["nbgrader"]))
+            repaired += 1
+    if repaired:
+        nbformat.write(nb, submission)
+    return repaired
+
+
+def submit(root: Path, assignment: str, notebooks: list[Path], student: str = "student") -> Path:
+    """Place notebooks as `student`'s submission, restoring stripped nbgrader metadata."""
+    target = root / "autograder" / "work" / "submitted" / student / assignment
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for nb_path in notebooks:
+        dest = target / Path(nb_path).name
+        shutil.copyfile(nb_path, dest)
+        released = root / "exercises" / assignment / Path(nb_path).name
+        if released.is_file():
+            repair(dest, released)
+    return target
+
+
+def autograde(root: Path, assignment: str = "*", student: str = "*") -> None:
+    """Autograde every submission matching the assignment and student globs (one nbgrader run)."""
+    args = ["autograde", assignment, "--create", "--force"]
+    if student != "*":
+        args += ["--student", student]
+    _nbgrader(root, *args)
+
+
+def scores(root: Path, assignment: str, student: str) -> dict[str, tuple[float, float]]:
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{root / 'autograder' / 'work' / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        submission = gb.find_submission(assignment, student)
+        return {nb.name: (float(nb.score), float(nb.max_score)) for nb in submission.notebooks}
+
+
+def all_scores(root: Path) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """{(student, assignment, notebook): (score, max_score)} for every graded submission."""
+    from nbgrader.api import Gradebook
+
+    url = f"sqlite:///{root / 'autograder' / 'work' / 'gradebook.db'}"
+    result = {}
+    with Gradebook(url) as gb:
+        for assignment in gb.assignments:
+            for submission in assignment.submissions:
+                for nb in submission.notebooks:
+                    key = (submission.student.id, assignment.name, nb.name)
+                    result[key] = (float(nb.score), float(nb.max_score))
+    return result
+
+
+def feedback(root: Path, assignment: str, student: str | None = None) -> list[Path]:
+    args = ["generate_feedback", assignment, "--force"]
+    if student:
+        args += ["--student", student]
+    _nbgrader(root, *args)
+    return sorted((root / "autograder" / "work" / "feedback").glob(f"*/{assignment}/*.html"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="transformer-lab", description=__doc__.split("\n")[0])
+    parser.add_argument("--course-dir", help="course folder (default: this repository)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("generate", help="regenerate exercises/ from solutions/")
+    p.add_argument("assignments", nargs="*", help="lessons, e.g. 02_qkv_attention (default: all)")
+
+    p = sub.add_parser(
+        "autograde", help="autograde submissions (optionally submit notebooks first)"
+    )
+    p.add_argument("assignment", help="lesson, or '*' for every submitted lesson")
+    p.add_argument("notebooks", nargs="*", type=Path, help="notebooks to submit as --student")
+    p.add_argument(
+        "--student", default=None, help="student id (default: all; 'student' when submitting)"
+    )
+
+    p = sub.add_parser("feedback", help="feedback HTML for autograded submissions")
+    p.add_argument("assignment")
+    p.add_argument("--student")
+
+    sub.add_parser("progress", help="which parts of your package are yours")
+
+    args = parser.parse_args(argv)
+    if args.command == "progress":
+        from .student import progress
+
+        progress()
+        return 0
+    root = course_root(args.course_dir)
+    if args.command == "generate":
+        generate(root, args.assignments or None)
+    elif args.command == "autograde":
+        student = args.student or ("student" if args.notebooks else "*")
+        if args.notebooks:
+            submit(root, args.assignment, args.notebooks, student)
+        autograde(root, args.assignment, student)
+        for (who, lesson, name), (score, max_score) in all_scores(root).items():
+            if student in ("*", who):
+                print(f"{who} {lesson}/{name}: {score:g} / {max_score:g}")
+    elif args.command == "feedback":
+        for path in feedback(root, args.assignment, args.student):
+            print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,404 @@
+"""transformer_lab.check (the test cells' engine) and transformer_lab.student (the student's package).
+
+Every catalogued mistake is a mutant: the hidden (thorough) check must reject it and name it.
+Further mutants show that each part of the comparison (gradients, shapes, dtype, global seed,
+forbidden built-ins) catches what it is there to catch.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lab
+from transformer_lab import attention, check, student
+
+
+@pytest.fixture(autouse=True)
+def _student_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct student implementations, written the way a student would.
+
+
+def good_sdpa(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+class GoodSelfAttention(nn.Module):
+    def __init__(self, d_model, d_k=None, d_v=None):
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k or d_model, bias=False)
+        self.w_k = nn.Linear(d_model, d_k or d_model, bias=False)
+        self.w_v = nn.Linear(d_model, d_v or d_model, bias=False)
+
+    def forward(self, x, mask=None):
+        return good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)[0]
+
+
+class GoodRNN(nn.Module):
+    def __init__(self, d_in, d_hidden):
+        super().__init__()
+        self.d_hidden = d_hidden
+        self.w_xh = nn.Linear(d_in, d_hidden)
+        self.w_hh = nn.Linear(d_hidden, d_hidden)
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outputs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h))
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), h
+
+
+def good_steps(kind, n, kernel_size=3):
+    if kind == "rnn":
+        return n
+    if kind == "attention":
+        return 1
+    return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+
+
+GOOD = {
+    "scaled_dot_product_attention": good_sdpa,
+    "SelfAttention": GoodSelfAttention,
+    "RNN": GoodRNN,
+    "sequential_steps": good_steps,
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_correct_implementations_pass(name, thorough, capsys):
+    assert getattr(check, name)(GOOD[name], thorough=thorough) is True
+    assert f"✓ {name}" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue: each mistake is caught by the hidden checks and produces its sentence.
+
+CATALOGUE = [(name, i) for name, ex in check.EXERCISES.items() for i in range(len(ex.mistakes))]
+
+
+@pytest.mark.parametrize("name,index", CATALOGUE, ids=[f"{n}-{i}" for n, i in CATALOGUE])
+def test_catalogued_mistake_is_caught_and_named(name, index):
+    mistake = check.EXERCISES[name].mistakes[index]
+    with pytest.raises(check.CheckFailed) as info:
+        getattr(check, name)(mistake.impl, thorough=True)
+    assert f"Likely mistake: {mistake.sentence}" in str(info.value)
+
+
+def test_catalogues_have_at_least_three_mistakes_each():
+    for name, ex in check.EXERCISES.items():
+        assert len(ex.mistakes) >= 3, name
+        assert len({m.sentence for m in ex.mistakes}) == len(ex.mistakes)
+
+
+@pytest.mark.parametrize(
+    "name,sentence",
+    [
+        ("scaled_dot_product_attention", "not divided by √d_k"),
+        ("scaled_dot_product_attention", "softmax runs over the query axis"),
+        ("scaled_dot_product_attention", "the mask is applied after softmax"),
+        ("RNN", "the tanh is missing"),
+        ("SelfAttention", "queries and keys are swapped"),
+    ],
+)
+def test_common_mistakes_are_named_by_the_visible_check(name, sentence):
+    mistake = next(m for m in check.EXERCISES[name].mistakes if sentence in m.sentence)
+    with pytest.raises(check.CheckFailed, match="Likely mistake"):
+        getattr(check, name)(mistake.impl)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutants that are not in the catalogue: what the message says about them.
+
+
+def test_gradient_only_bug_is_caught():
+    # Same forward values, but no gradient flows through the softmax's weights.
+    def detached_weights(q, k, v, mask=None):
+        out, w = good_sdpa(q, k, v, mask)
+        return w.detach() @ v, w
+
+    with pytest.raises(check.CheckFailed, match="gradient with respect to `q`"):
+        check.scaled_dot_product_attention(detached_weights)
+
+
+def test_cut_graph_is_reported():
+    def via_numpy(q, k, v, mask=None):
+        out, w = good_sdpa(q, k, v, mask)
+        return torch.tensor(out.detach().numpy()), w.detach()
+
+    with pytest.raises(check.CheckFailed, match="no gradient flows back"):
+        check.scaled_dot_product_attention(via_numpy)
+
+
+def test_shape_mismatch_names_both_shapes():
+    def transposed_weights(q, k, v, mask=None):
+        out, w = good_sdpa(q, k, v, mask)
+        return out, w.transpose(-2, -1)
+
+    with pytest.raises(
+        check.CheckFailed, match=r"weights has shape \(5, 3\) but should have shape \(3, 5\)"
+    ):
+        check.scaled_dot_product_attention(transposed_weights)
+
+
+def test_dtype_mismatch_is_reported():
+    def always_float32(q, k, v, mask=None):
+        out, w = good_sdpa(q.float(), k.float(), v.float(), mask)
+        return out, w
+
+    with pytest.raises(
+        check.CheckFailed, match="dtype torch.float32 but should have dtype torch.float64"
+    ):
+        check.scaled_dot_product_attention(always_float32)
+
+
+def test_values_mismatch_says_where_and_how_much():
+    def off_by_a_bit(q, k, v, mask=None):
+        out, w = good_sdpa(q, k, v, mask)
+        return out + 1e-3, w
+
+    with pytest.raises(check.CheckFailed) as info:
+        check.scaled_dot_product_attention(off_by_a_bit)
+    message = str(info.value)
+    assert "largest difference is 0.001" in message and "at index" in message
+    assert "case: q (3, 4)" in message and "float64 on cpu" in message
+    assert "Likely mistake" not in message  # not in the catalogue: no wrong name
+
+
+def test_only_tuple_output_is_accepted():
+    with pytest.raises(check.CheckFailed, match="should be 2 value"):
+        check.scaled_dot_product_attention(lambda q, k, v, mask=None: good_sdpa(q, k, v, mask)[0])
+
+
+def test_module_with_wrong_parameter_names_is_told_the_expected_names():
+    class Renamed(GoodSelfAttention):
+        def __init__(self, d_model, d_k=None, d_v=None):
+            super().__init__(d_model, d_k, d_v)
+            self.query = self.w_q
+
+    with pytest.raises(check.CheckFailed, match="unexpected: \\['query.weight'\\]"):
+        check.SelfAttention(Renamed)
+
+
+def test_stale_large_logits_only_fail_thorough():
+    naive = next(
+        m
+        for m in check.EXERCISES["scaled_dot_product_attention"].mistakes
+        if "overflows" in m.sentence
+    )
+    assert check.scaled_dot_product_attention(naive.impl)  # the visible cases are tame
+    with pytest.raises(check.CheckFailed, match="overflows"):
+        check.scaled_dot_product_attention(naive.impl, thorough=True)
+
+
+def test_check_does_not_depend_on_or_change_the_global_seed():
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    check.RNN(GoodRNN)
+    check.SelfAttention(GoodSelfAttention)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    torch.manual_seed(999)
+    check.RNN(GoodRNN)
+
+
+def test_module_with_dropout_in_train_mode_is_compared_in_eval_mode():
+    class WithDropout(GoodSelfAttention):
+        def __init__(self, d_model, d_k=None, d_v=None):
+            super().__init__(d_model, d_k, d_v)
+            self.dropout = nn.Dropout(0.5)
+
+        def forward(self, x, mask=None):
+            return self.dropout(super().forward(x, mask))
+
+    assert check.SelfAttention(WithDropout)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forbidden built-ins and the reference twin.
+
+
+def test_calling_torch_fused_attention_is_refused():
+    def cheat(q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), None
+
+    with pytest.raises(check.ImplementThisYourself, match="implement this yourself"):
+        check.scaled_dot_product_attention(cheat)
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+
+
+def test_directly_imported_builtin_is_refused_and_restored():
+    namespace = {}
+    exec(
+        "from torch.nn.functional import scaled_dot_product_attention as sdpa\n"
+        "def cheat(q, k, v, mask=None):\n"
+        "    return sdpa(q, k, v, attn_mask=mask), None\n",
+        namespace,
+    )
+    original = namespace["sdpa"]
+    with pytest.raises(check.ImplementThisYourself):
+        check.scaled_dot_product_attention(namespace["cheat"])
+    assert namespace["sdpa"] is original
+
+
+def test_reference_twin_is_refused_through_module_closure_and_package():
+    reference = attention.scaled_dot_product_attention
+
+    def through_module(q, k, v, mask=None):
+        return attention.scaled_dot_product_attention(q, k, v, mask)
+
+    def through_package(q, k, v, mask=None):
+        return transformer_lab.scaled_dot_product_attention(q, k, v, mask)
+
+    def make_closure():
+        twin = reference
+
+        def through_closure(q, k, v, mask=None):
+            return twin(q, k, v, mask)
+
+        return through_closure
+
+    for cheat in (through_module, through_package, make_closure(), reference):
+        with pytest.raises(check.ImplementThisYourself):
+            check.scaled_dot_product_attention(cheat)
+    assert attention.scaled_dot_product_attention is reference
+    assert transformer_lab.scaled_dot_product_attention is reference
+
+
+def test_rnn_built_on_nn_rnn_is_refused():
+    class Wrapped(nn.Module):
+        def __init__(self, d_in, d_hidden):
+            super().__init__()
+            self.inner = nn.RNN(d_in, d_hidden, batch_first=True)
+
+    with pytest.raises(check.ImplementThisYourself, match="nn.RNN"):
+        check.RNN(Wrapped)
+    assert nn.RNN.__name__ == "RNN"
+
+
+def test_everything_is_restored_after_a_failing_check():
+    originals = (
+        F.scaled_dot_product_attention,
+        attention.scaled_dot_product_attention,
+        nn.MultiheadAttention,
+    )
+
+    def broken(q, k, v, mask=None):
+        raise ZeroDivisionError("oops")
+
+    with pytest.raises(check.CheckFailed, match="ZeroDivisionError: oops"):
+        check.scaled_dot_product_attention(broken)
+    assert (
+        F.scaled_dot_product_attention,
+        attention.scaled_dot_product_attention,
+        nn.MultiheadAttention,
+    ) == originals
+
+
+def test_mutant_check_without_forbid_would_let_the_cheat_pass(monkeypatch):
+    # Mutant of the engine: an empty forbidden list. The cheat then passes, so the real list matters.
+    def cheat(q, k, v, mask=None):
+        return attention.scaled_dot_product_attention(q, k, v, mask)
+
+    monkeypatch.setattr(check.EXERCISES["scaled_dot_product_attention"], "forbidden", ())
+    assert check.scaled_dot_product_attention(cheat)
+
+
+def test_mutant_check_without_gradients_would_miss_a_gradient_bug(monkeypatch):
+    def detached_weights(q, k, v, mask=None):
+        out, w = good_sdpa(q, k, v, mask)
+        return w.detach() @ v, w
+
+    monkeypatch.setattr(check, "_backward", lambda outputs, cot, leaves: [None] * len(leaves))
+    assert check.scaled_dot_product_attention(detached_weights)
+
+
+# ---------------------------------------------------------------------------------------------
+# Speed and devices.
+
+
+def test_visible_checks_are_fast():
+    check.scaled_dot_product_attention(good_sdpa)  # warm up torch's first-call costs
+    for name, impl in GOOD.items():
+        start = time.perf_counter()
+        getattr(check, name)(impl)
+        elapsed = time.perf_counter() - start
+        assert elapsed < 2.0, (
+            f"visible check {name} took {elapsed:.2f} s (budget 1 s on an idle CPU)"
+        )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_thorough_check_runs_on_cuda_too(capsys):
+    assert torch.device("cuda") in [torch.device(d.type) for d in check.available_devices()]
+    check.scaled_dot_product_attention(good_sdpa, thorough=True)
+    assert "on cpu, cuda" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# The student's own package.
+
+
+def test_passing_code_is_saved_and_used(tmp_path, capsys):
+    check.scaled_dot_product_attention(good_sdpa)
+    check.SelfAttention(GoodSelfAttention)
+    saved = tmp_path / "pkg" / "transformer_lab_student" / "attention.py"
+    text = saved.read_text()
+    assert "def good_sdpa" in text and "class GoodSelfAttention" in text
+    mine = student.use("scaled_dot_product_attention")
+    assert "YOUR implementation" in capsys.readouterr().out
+    assert mine.__module__ == "transformer_lab_student.attention"
+    q = torch.randn(2, 3, 4)
+    torch.testing.assert_close(mine(q, q, q)[0], attention.scaled_dot_product_attention(q, q, q)[0])
+    layer = student.use("SelfAttention")(4)
+    assert layer(q).shape == (2, 3, 4)
+    status = student.progress()
+    assert status["scaled_dot_product_attention"] == "yours" and status["RNN"] == "reference"
+
+
+def test_failing_code_is_not_saved(tmp_path, capsys):
+    with pytest.raises(check.CheckFailed):
+        check.RNN(check.EXERCISES["RNN"].mistakes[0].impl)
+    assert not (tmp_path / "pkg" / "transformer_lab_student" / "rnn.py").exists()
+    assert student.use("RNN") is transformer_lab.rnn.RNN
+    assert "using the reference" in capsys.readouterr().out
+
+
+def test_grading_mode_never_saves_and_always_uses_the_reference(tmp_path, monkeypatch, capsys):
+    check.RNN(GoodRNN)
+    assert student.progress()["RNN"] == "yours"
+    monkeypatch.setenv("TRANSFORMER_LAB_GRADING", "1")
+    check.sequential_steps(good_steps)
+    assert (
+        "sequential_steps"
+        not in (tmp_path / "pkg" / "transformer_lab_student" / "progress.json").read_text()
+    )
+    assert student.use("RNN") is transformer_lab.rnn.RNN
+    assert "grading mode" in capsys.readouterr().out
+    assert set(student.progress().values()) == {"reference"}
+
+
+def test_source_of_a_class_defined_in_a_notebook_cell():
+    # IPython compiles each cell under a fake file name kept in linecache; emulate that.
+    cell = "class Cell(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    filename = "<ipython-input-7-abcdef>"
+    linecache.cache[filename] = (len(cell), None, cell.splitlines(True), filename)
+    namespace = {"__name__": "__main__", "torch": torch}
+    exec(compile(cell, filename, "exec"), namespace)
+    assert student.source_of(namespace["Cell"]) == cell

@@ -1,0 +1,186 @@
+"""The exercise pipeline end to end: generate, run, autograde, feedback (lessons 01 and 02).
+
+nbgrader runs on a temporary copy of the course (solutions/, exercises/, autograder/*.py), so
+parallel test workers never share a gradebook. All submissions are graded in a single nbgrader
+call to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from transformer_lab import cli
+
+REPO = Path(__file__).resolve().parents[1]
+LESSONS = ["01_rnn_limits", "02_qkv_attention"]
+POINTS = {"01_rnn_limits": 6.0, "02_qkv_attention": 8.0}
+
+pytestmark = pytest.mark.slow
+
+
+def _solution_regions(source: str) -> list[str]:
+    return re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source, flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(REPO / "solutions", root / "solutions")
+    shutil.copytree(REPO / "exercises", root / "exercises")
+    (root / "autograder").mkdir()
+    for path in (REPO / "autograder").glob("*.py"):
+        shutil.copy(path, root / "autograder" / path.name)
+    cli.generate(root, LESSONS, quiet=True)
+    return root
+
+
+def test_lessons_are_found():
+    assert set(LESSONS) <= set(cli.assignments(REPO))
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_exercises_equal_a_fresh_generate(course, lesson):
+    name = f"{lesson}/{lesson}.ipynb"
+    fresh = (course / "exercises" / name).read_bytes()
+    assert (REPO / "exercises" / name).read_bytes() == fresh, (
+        f"exercises/{name} is stale or hand-edited: run `make exercises`"
+    )
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_exercises_hold_no_solution_or_hidden_test(lesson):
+    source = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    released = nbformat.read(REPO / "exercises" / lesson / f"{lesson}.ipynb", as_version=4)
+    released_code = "\n".join(c.source for c in released.cells if c.cell_type == "code")
+    outside = "\n".join(
+        re.sub(r"### BEGIN SOLUTION\n.*?### END SOLUTION", "", c.source, flags=re.S)
+        for c in source.cells
+    )
+    n_regions = 0
+    for cell in source.cells:
+        for region in _solution_regions(cell.source):
+            n_regions += 1
+            for line in region.splitlines():
+                line = line.strip()
+                if len(line) > 12 and line not in outside:
+                    assert line not in released_code, f"solution line leaked: {line!r}"
+    assert n_regions >= 2
+    assert "BEGIN HIDDEN TESTS" not in released_code
+    assert "thorough=True" not in released_code
+    assert released_code.count("raise NotImplementedError()") == n_regions
+    for cell in released.cells:  # no outputs committed
+        assert not cell.get("outputs"), cell.id
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebooks_are_committed_without_outputs(lesson):
+    nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    assert all(
+        not c.get("outputs") and c.get("execution_count") is None
+        for c in nb.cells
+        if c.cell_type == "code"
+    )
+    assert nb.cells[0].cell_type == "markdown" and "Learning objectives" in nb.cells[0].source
+    assert f"../../lectures/{lesson}.ipynb" in nb.cells[0].source
+    points = sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells)
+    assert points == POINTS[lesson] and f"**Points:** {points:g}" in nb.cells[0].source
+
+
+def _tampered_submission(course: Path, tmp: Path) -> Path:
+    """Lesson 02 solved, but the sdpa test cell deleted, the other test cell's metadata stripped
+    (as some editors do) and a warning printed by the student's code."""
+    nb = nbformat.read(
+        course / "solutions" / "02_qkv_attention" / "02_qkv_attention.ipynb", as_version=4
+    )
+    nb.cells = [c for c in nb.cells if c.get("id") != "sdpa-test"]
+    for cell in nb.cells:
+        if cell.get("id") == "self-attention-test":
+            del cell.metadata["nbgrader"]
+        if cell.get("id") == "sdpa-solution":
+            cell.source = cell.source.replace(
+                "    d_k = q.shape[-1]",
+                '    import warnings\n    warnings.warn("a harmless warning")\n    d_k = q.shape[-1]',
+            )
+    path = tmp / "02_qkv_attention.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def graded(course, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("tampered")
+    for lesson in LESSONS:
+        cli.submit(course, lesson, [course / "solutions" / lesson / f"{lesson}.ipynb"], "solution")
+        cli.submit(course, lesson, [course / "exercises" / lesson / f"{lesson}.ipynb"], "untouched")
+    cli.submit(course, "02_qkv_attention", [_tampered_submission(course, tmp)], "tampered")
+    cli.autograde(course)  # one nbgrader call for every submission
+    return cli.all_scores(course)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solutions_get_full_marks(graded, lesson):
+    assert graded[("solution", lesson, lesson)] == (POINTS[lesson], POINTS[lesson])
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_untouched_exercises_get_zero(graded, lesson):
+    assert graded[("untouched", lesson, lesson)] == (0.0, POINTS[lesson])
+
+
+def test_deleted_or_stripped_test_cells_and_warnings_cost_nothing(graded, course):
+    assert graded[("tampered", "02_qkv_attention", "02_qkv_attention")] == (8.0, 8.0)
+    nb = nbformat.read(
+        course / "autograder/work/autograded/tampered/02_qkv_attention/02_qkv_attention.ipynb",
+        as_version=4,
+    )
+    assert any("was missing from the submission" in c.source for c in nb.cells)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebooks_run_without_error_when_graded(graded, course, lesson):
+    path = course / f"autograder/work/autograded/solution/{lesson}/{lesson}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
+    ]
+    assert not errors
+    assert any("thorough checks passed" in json.dumps(c.get("outputs", [])) for c in nb.cells)
+
+
+def test_feedback_never_shows_hidden_tests(graded, course):
+    paths = cli.feedback(course, "02_qkv_attention")
+    assert {p.parent.parent.name for p in paths} >= {"solution", "untouched"}
+    for path in paths:
+        html = path.read_text(encoding="utf-8")
+        assert "thorough=True" not in html and "BEGIN HIDDEN TESTS" not in html
+        assert "hidden tests run here when grading" in html
+    untouched = next(p for p in paths if p.parent.parent.name == "untouched").read_text(
+        encoding="utf-8"
+    )
+    assert "NotImplementedError" in untouched
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebook_runs_for_a_student_and_saves_their_package(
+    lesson, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TRANSFORMER_LAB_QUICK", "1")
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("TRANSFORMER_LAB_NO_PROGRESS", "1")
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+    nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    module = {"01_rnn_limits": "rnn", "02_qkv_attention": "attention"}[lesson]
+    saved = (tmp_path / "pkg" / "transformer_lab_student" / f"{module}.py").read_text()
+    assert "### BEGIN SOLUTION" not in saved
+    assert ("class RNN" in saved) if lesson == "01_rnn_limits" else ("class SelfAttention" in saved)

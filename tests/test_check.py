@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import linecache
 import math
-import time
 
 import pytest
 import torch
@@ -325,23 +324,12 @@ def test_mutant_check_without_gradients_would_miss_a_gradient_bug(monkeypatch):
         out, w = good_sdpa(q, k, v, mask)
         return w.detach() @ v, w
 
-    monkeypatch.setattr(check, "_backward", lambda outputs, cot, leaves: [None] * len(leaves))
+    monkeypatch.setattr(check.engine, "_backward", lambda outputs, cot, leaves: [None] * len(leaves))
     assert check.scaled_dot_product_attention(detached_weights)
 
 
 # ---------------------------------------------------------------------------------------------
-# Speed and devices.
-
-
-def test_visible_checks_are_fast():
-    check.scaled_dot_product_attention(good_sdpa)  # warm up torch's first-call costs
-    for name, impl in GOOD.items():
-        start = time.perf_counter()
-        getattr(check, name)(impl)
-        elapsed = time.perf_counter() - start
-        assert elapsed < 2.0, (
-            f"visible check {name} took {elapsed:.2f} s (budget 1 s on an idle CPU)"
-        )
+# Devices. (Visible-check latency is measured by benchmarks/check_latency.py.)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")

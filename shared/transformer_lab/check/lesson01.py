@@ -1,0 +1,238 @@
+"""Checks for lesson 01 — RNN limits: `RNN` and `sequential_steps`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import rnn as _rnn
+from .engine import (
+    Case,
+    CheckFailed,
+    Exercise,
+    ImplementThisYourself,
+    Mistake,
+    _register,
+    _run,
+    _run_student,
+)
+
+__all__ = ["RNN", "sequential_steps"]
+
+# ==============================================================================================
+# Lesson 01 — RNN limits
+
+
+class _RNNNoTanh(_rnn.RNN):
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = self.w_xh(x[:, t]) + self.w_hh(h)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNRelu(_rnn.RNN):
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.relu(self.w_xh(x[:, t]) + self.w_hh(h))
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNIgnoresH0(_rnn.RNN):
+    def forward(self, x, h0=None):
+        return super().forward(x, None)
+
+
+class _RNNBackwards(_rnn.RNN):
+    def forward(self, x, h0=None):
+        out, h = super().forward(x.flip(1), h0)
+        return out.flip(1), h
+
+
+class _RNNNoCarry(_rnn.RNN):
+    def forward(self, x, h0=None):
+        h_prev = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = [torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h_prev)) for t in range(x.shape[1])]
+        return torch.stack(outs, 1), outs[-1]
+
+
+_RNN_EX = _register(
+    Exercise(
+        name="RNN",
+        lesson="01",
+        module="rnn",
+        reference=_rnn.RNN,
+        forbidden=(
+            "torch.nn.RNN",
+            "torch.nn.RNNCell",
+            "torch.nn.LSTM",
+            "torch.nn.GRU",
+            "torch.rnn_tanh",
+            "torch.rnn_tanh_cell",
+            "transformer_lab.rnn.RNN",
+            "transformer_lab.RNN",
+        ),
+        mistakes=[
+            Mistake("the tanh is missing: h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b).", _RNNNoTanh),
+            Mistake("the recurrence uses ReLU; this RNN uses tanh.", _RNNRelu),
+            Mistake(
+                "h0 is ignored: when an initial state is given, start the loop from it.",
+                _RNNIgnoresH0,
+            ),
+            Mistake(
+                "the loop reads the sequence backwards: step t must read x[:, t], t = 0 … L-1.",
+                _RNNBackwards,
+            ),
+            Mistake(
+                "the hidden state is not carried from step to step: every step must feed the previous "
+                "step's h into w_hh (assign h = tanh(...) inside the loop).",
+                _RNNNoCarry,
+            ),
+        ],
+    )
+)
+
+
+def _rnn_cases(thorough: bool) -> list[Case]:
+    def case(B, L, d_in, d_h, h0=False):
+        def make(g):
+            inputs = {"x": torch.randn(B, L, d_in, generator=g, dtype=torch.float64)}
+            if h0:
+                inputs["h0"] = torch.randn(B, d_h, generator=g, dtype=torch.float64) * 0.5
+            return inputs
+
+        label = f"RNN({d_in}, {d_h}) on x {(B, L, d_in)}" + (", with h0" if h0 else "")
+        return Case(label, make, {"d_in": d_in, "d_hidden": d_h})
+
+    cases = [case(2, 5, 3, 4), case(3, 4, 4, 4, h0=True)]
+    if thorough:
+        cases += [
+            case(1, 1, 2, 3),
+            case(4, 9, 5, 2, h0=True),
+            case(2, 16, 3, 6),
+            case(5, 1, 3, 3, h0=True),
+        ]
+    return cases
+
+
+def RNN(student_cls, thorough: bool = False) -> bool:
+    """Check an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)."""
+    return _run(_RNN_EX, student_cls, _rnn_cases(thorough), ("outputs", "h_L"), thorough, "module")
+
+
+def _steps_plain(kind, n, kernel_size=3):
+    """A private copy of the right answer for the mutants (the reference itself is forbidden)."""
+    if kind == "rnn":
+        return n
+    if kind == "attention":
+        return 1
+    return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+
+
+def _steps_conv_ceil_n_over_k(kind, n, kernel_size=3):
+    if kind == "conv":
+        return max(1, math.ceil(n / kernel_size))
+    return _steps_plain(kind, n, kernel_size)
+
+
+def _steps_conv_log(kind, n, kernel_size=3):
+    if kind == "conv":
+        return max(1, math.ceil(math.log(n, kernel_size))) if n > 1 else 1
+    return _steps_plain(kind, n, kernel_size)
+
+
+def _steps_attention_n(kind, n, kernel_size=3):
+    return n if kind == "attention" else _steps_plain(kind, n, kernel_size)
+
+
+def _steps_rnn_n_minus_1(kind, n, kernel_size=3):
+    return n - 1 if kind == "rnn" else _steps_plain(kind, n, kernel_size)
+
+
+def _steps_conv_zero(kind, n, kernel_size=3):
+    if kind == "conv":
+        return math.ceil((n - 1) / (kernel_size - 1))
+    return _steps_plain(kind, n, kernel_size)
+
+
+_STEPS_EX = _register(
+    Exercise(
+        name="sequential_steps",
+        lesson="01",
+        module="rnn",
+        reference=_rnn.sequential_steps,
+        forbidden=(
+            "transformer_lab.rnn.sequential_steps",
+            "transformer_lab.sequential_steps",
+            "transformer_lab.rnn.max_path_length",
+            "transformer_lab.max_path_length",
+        ),
+        mistakes=[
+            Mistake(
+                "each extra width-k convolution layer widens the window by k-1 tokens, not k: a stack "
+                "needs ceil((n-1)/(k-1)) layers.",
+                _steps_conv_ceil_n_over_k,
+            ),
+            Mistake(
+                "log_k(n) layers is for dilated convolutions; plain stacked ones need ceil((n-1)/(k-1)).",
+                _steps_conv_log,
+            ),
+            Mistake(
+                "self-attention connects every pair of positions in a single step: 1, whatever n.",
+                _steps_attention_n,
+            ),
+            Mistake(
+                "an RNN needs one step per token, n (n-1 is its path length between the ends).",
+                _steps_rnn_n_minus_1,
+            ),
+            Mistake(
+                "a single token still needs one layer: the answer is at least 1.", _steps_conv_zero
+            ),
+        ],
+    )
+)
+
+
+def _check_steps(ex: Exercise, student_fn, thorough: bool) -> int:
+    grid = [("rnn", 1, 3), ("rnn", 10, 3), ("attention", 10, 3), ("conv", 9, 3), ("conv", 10, 5)]
+    if thorough:
+        grid += [
+            (kind, n, k)
+            for kind in ("rnn", "conv", "attention")
+            for n in (1, 2, 3, 7, 64, 100, 513)
+            for k in (2, 3, 4, 7)
+        ]
+    for kind, n, k in grid:
+        expected = ex.reference(kind, n, k)
+        try:
+            got = _run_student(ex, student_fn, lambda: student_fn(kind, n, kernel_size=k))  # noqa: B023
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except Exception as err:
+            raise CheckFailed(
+                f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) raised "
+                f"{type(err).__name__}: {err}"
+            ) from None
+        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != expected:
+            hint = ""
+            for mistake in ex.mistakes:
+                wrong = mistake.impl(kind, n, k)
+                if wrong == got and wrong != expected:
+                    hint = f"\nLikely mistake: {mistake.sentence}"
+                    break
+            raise CheckFailed(
+                f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) returned {got!r}, "
+                f"expected {expected}{hint}"
+            )
+    return len(grid)
+
+
+def sequential_steps(student_fn, thorough: bool = False) -> bool:
+    """Check sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'."""
+    return _run(_STEPS_EX, student_fn, None, None, thorough, _check_steps)

@@ -41,9 +41,13 @@ lab: $(STAMP)
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) \
 	  --LabApp.default_url=/lab/tree/lectures/00_start_here.ipynb
 
+# Two workers, one torch thread each (more threads than cores slows tiny models down badly);
+# --dist loadfile keeps each file's expensive fixtures (e.g. one autograde run) on one worker.
 test: $(STAMP)
 	$(PY) -m ruff check .
-	HF_HUB_OFFLINE=1 MPLBACKEND=Agg $(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	$(PY) -m ruff format --check shared tests benchmarks autograder
+	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
+	  $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -58,6 +62,9 @@ exercises: $(STAMP)
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/bench_attention.py
+	$(PY) benchmarks/bench_gpt_step.py
+	$(PY) benchmarks/check_latency.py
+	$(PY) benchmarks/notebook_times.py
 
 clean:
 	rm -rf $(VENV) autograder/work .pytest_cache

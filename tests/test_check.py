@@ -324,7 +324,9 @@ def test_mutant_check_without_gradients_would_miss_a_gradient_bug(monkeypatch):
         out, w = good_sdpa(q, k, v, mask)
         return w.detach() @ v, w
 
-    monkeypatch.setattr(check.engine, "_backward", lambda outputs, cot, leaves: [None] * len(leaves))
+    monkeypatch.setattr(
+        check.engine, "_backward", lambda outputs, cot, leaves: [None] * len(leaves)
+    )
     assert check.scaled_dot_product_attention(detached_weights)
 
 

@@ -1,8 +1,8 @@
 """Transformer Lab: the course's PyTorch package, one module per lesson.
 
-    01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
-    07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit
-    plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
+01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
+07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit
+plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
 from . import data, train, viz

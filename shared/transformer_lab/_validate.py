@@ -20,12 +20,16 @@ def require_ndim(name: str, x: torch.Tensor, ndim: int, layout: str) -> None:
 def require_min_ndim(name: str, x: torch.Tensor, ndim: int, layout: str) -> None:
     require_tensor(name, x)
     if x.dim() < ndim:
-        raise ValueError(f"{name} must have shape {layout} (at least {ndim} dims), got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape {layout} (at least {ndim} dims), got {tuple(x.shape)}"
+        )
 
 
 def require_last_dim(name: str, x: torch.Tensor, size: int, what: str) -> None:
     if x.shape[-1] != size:
-        raise ValueError(f"{name} has last dimension {x.shape[-1]} but {what} is {size} (shape {tuple(x.shape)})")
+        raise ValueError(
+            f"{name} has last dimension {x.shape[-1]} but {what} is {size} (shape {tuple(x.shape)})"
+        )
 
 
 def broadcast_shapes(*shapes) -> tuple[int, ...]:

@@ -99,7 +99,9 @@ class EncoderBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, cache=None
+    ) -> torch.Tensor:
         if self.norm_first:
             x = x + self.dropout1(self.self_attn(self.norm1(x), mask=mask, cache=cache))
             x = x + self.dropout2(self.ffn(self.norm2(x)))

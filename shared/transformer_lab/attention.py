@@ -97,7 +97,9 @@ class SelfAttention(nn.Module):
     x: (B, L, d_model) -> (B, L, d_v). `last_weights` holds the (B, L, L) weights of the last call.
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None, bias: bool = False):
+    def __init__(
+        self, d_model: int, d_k: int | None = None, d_v: int | None = None, bias: bool = False
+    ):
         super().__init__()
         d_k = d_k or d_model
         d_v = d_v or d_model

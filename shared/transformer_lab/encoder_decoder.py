@@ -118,7 +118,9 @@ class Transformer(nn.Module):
             x = block(x, mask=src_mask)
         return self.encoder_norm(x), src_mask
 
-    def decode(self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, tgt_in: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor
+    ) -> torch.Tensor:
         """tgt_in (B, L_t) -> logits (B, L_t, tgt_vocab), attending causally and to `memory`."""
         require_ndim("tgt_in", tgt_in, 2, "(B, L_t)")
         L = tgt_in.shape[1]
@@ -132,7 +134,9 @@ class Transformer(nn.Module):
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
 
-    def cross_attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> list[torch.Tensor]:
+    def cross_attention_weights(
+        self, src: torch.Tensor, tgt_in: torch.Tensor
+    ) -> list[torch.Tensor]:
         """The (B, h, L_t, L_s) cross-attention weights of every decoder layer (for plots)."""
         for block in self.decoder:
             block.cross_attn.explicit = True
@@ -145,7 +149,9 @@ class Transformer(nn.Module):
 
 
 @torch.no_grad()
-def greedy_decode(model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int) -> torch.Tensor:
+def greedy_decode(
+    model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len: int
+) -> torch.Tensor:
     """Feed the model its own best token until EOS or max_len new tokens.
 
     Returns (B, 1 + n) tokens starting with BOS; after a sequence's EOS it is padded with pad_id.
@@ -196,7 +202,9 @@ def beam_search(
     for _ in range(max_len):
         ys = torch.stack([t for t, _ in beams])
         n = ys.shape[0]
-        log_probs = model.decode(ys, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1))[:, -1]
+        log_probs = model.decode(ys, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1))[
+            :, -1
+        ]
         log_probs = log_probs.log_softmax(-1).double()
         scores = torch.tensor([s for _, s in beams], dtype=torch.float64, device=src.device)
         total = (scores[:, None] + log_probs).flatten()  # (n * V,)

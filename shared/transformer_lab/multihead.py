@@ -96,7 +96,9 @@ class MultiHeadAttention(nn.Module):
         require_ndim("context", context, 3, "(B, L_k, d_model)")
         for name, t in (("x", x), ("context", context)):
             if t.shape[-1] != self.d_model:
-                raise ValueError(f"{name} has d_model={t.shape[-1]} but this layer expects {self.d_model}")
+                raise ValueError(
+                    f"{name} has d_model={t.shape[-1]} but this layer expects {self.d_model}"
+                )
         if x.shape[0] != context.shape[0]:
             raise ValueError(f"x has batch {x.shape[0]} but context has batch {context.shape[0]}")
 
@@ -106,7 +108,9 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)
         if mask is not None:
-            require_bool_mask(mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]), "(B, h, L_q, L_k) =")
+            require_bool_mask(
+                mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]), "(B, h, L_q, L_k) ="
+            )
 
         p = self.dropout.p if self.training else 0.0
         if need_weights or self.explicit:

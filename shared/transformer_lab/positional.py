@@ -46,7 +46,9 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, base: float = 10000.0):
         super().__init__()
         self.d_model, self.max_len = d_model, max_len
-        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model, base), persistent=False)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model, base), persistent=False
+        )
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         require_min_ndim("x", x, 2, "(B, L, d_model)")
@@ -76,7 +78,9 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + self.embedding(positions)
 
 
-def rotary_embedding(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
+def rotary_embedding(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> torch.Tensor:
     """RoPE: rotate each feature pair (2k, 2k+1) of x (..., L, d) by the angle t·ω_k.
 
     positions: (L,) integer or float positions; defaults to 0 .. L-1.
@@ -90,7 +94,9 @@ def rotary_embedding(x: torch.Tensor, positions: torch.Tensor | None = None, bas
         positions = torch.arange(L, device=x.device)
     if positions.shape != (L,):
         raise ValueError(f"positions must have shape ({L},), got {tuple(positions.shape)}")
-    angles = positions.to(torch.float64)[:, None] * _frequencies(d, base, x.device)[None, :]  # (L, d/2)
+    angles = (
+        positions.to(torch.float64)[:, None] * _frequencies(d, base, x.device)[None, :]
+    )  # (L, d/2)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]
     out = torch.empty_like(x)

@@ -32,7 +32,9 @@ class RNN(nn.Module):
         self.w_xh = nn.Linear(d_in, d_hidden)  # weight_ih_l0, bias_ih_l0
         self.w_hh = nn.Linear(d_hidden, d_hidden)  # weight_hh_l0, bias_hh_l0
 
-    def forward(self, x: torch.Tensor, h0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, h0: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         require_ndim("x", x, 3, "(B, L, d_in)")
         B, L, d_in = x.shape
         if d_in != self.d_in:

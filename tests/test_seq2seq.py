@@ -1,0 +1,308 @@
+"""Seq2seq training helpers: batching, teacher-forcing loss, exact match, decoding, a real run.
+
+Each property is a `check_*` function that raises AssertionError; the `test_mutant_*` tests feed
+it a deliberately broken variant and assert that the check then FAILS.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lab import data, seq2seq
+from transformer_lab.encoder_decoder import Transformer
+
+PAD, BOS, EOS = data.PAD, data.BOS, data.EOS
+PAIRS = [("ab", "xyz"), ("abcd", "x"), ("c", "zy")]
+
+
+@pytest.fixture
+def vocab() -> data.Seq2SeqVocab:
+    return data.Seq2SeqVocab.from_pairs(PAIRS)
+
+
+# ----------------------------------------------------------------------------- batching
+
+
+def check_make_batch(make_batch, vocab):
+    src, tgt_in, tgt_out = make_batch(PAIRS, vocab)
+    enc = vocab.stoi
+    assert src.shape == (3, 4) and src.dtype == torch.long, f"src {tuple(src.shape)}"
+    assert src[1].tolist() == [enc[c] for c in "abcd"]
+    assert src[0].tolist() == [enc["a"], enc["b"], PAD, PAD], "source must be right-padded"
+    # target "xyz" -> BOS x y z EOS: 5 tokens; tgt_in/out drop the last/first column
+    assert tgt_in.shape == tgt_out.shape == (3, 4), f"{tuple(tgt_in.shape)}, {tuple(tgt_out.shape)}"
+    x, y, z = enc["x"], enc["y"], enc["z"]
+    assert tgt_in[0].tolist() == [BOS, x, y, z], "tgt_in must start with BOS"
+    assert tgt_out[0].tolist() == [x, y, z, EOS], "tgt_out must end with EOS"
+    assert tgt_in[1].tolist() == [BOS, x, EOS, PAD]
+    assert tgt_out[1].tolist() == [x, EOS, PAD, PAD]
+    # the shift: the token read at t + 1 is the token predicted at t
+    real = tgt_out[:, :-1] != PAD
+    assert torch.equal(tgt_in[:, 1:][real], tgt_out[:, :-1][real]), "tgt_in is not tgt_out shifted"
+
+
+def test_make_batch(vocab):
+    check_make_batch(seq2seq.make_batch, vocab)
+    with pytest.raises(ValueError, match="at least one"):
+        seq2seq.make_batch([], vocab)
+
+
+def test_mutant_make_batch_without_shift(vocab):
+    def no_shift(pairs, vocab):  # the decoder reads the very token it must predict
+        src, _, tgt_out = seq2seq.make_batch(pairs, vocab)
+        return src, tgt_out, tgt_out
+
+    with pytest.raises(AssertionError):
+        check_make_batch(no_shift, vocab)
+
+
+def test_mutant_make_batch_without_eos(vocab):
+    def no_eos(pairs, vocab):  # the model would never learn to stop
+        src = vocab.encode_batch([s for s, _ in pairs])
+        tgt = vocab.encode_batch([t for _, t in pairs], bos=True)
+        return src, tgt[:, :-1], tgt[:, 1:]
+
+    with pytest.raises(AssertionError):
+        check_make_batch(no_eos, vocab)
+
+
+def test_batches_cover_each_epoch_and_are_seeded():
+    pairs = data.dates_task(10, seed=3)
+    vocab = data.Seq2SeqVocab.from_pairs(pairs)
+    stream = seq2seq.batches(pairs, vocab, batch_size=5, seed=0)
+    epoch = list(itertools.islice(stream, 2))
+    seen = sorted(vocab.decode(row) for src, _, _ in epoch for row in src)
+    assert seen == sorted(s for s, _ in pairs), "one epoch must show every pair exactly once"
+    for src, tgt_in, tgt_out in epoch:
+        assert src.shape[0] == tgt_in.shape[0] == tgt_out.shape[0] == 5
+    again = next(seq2seq.batches(pairs, vocab, batch_size=5, seed=0))
+    other = next(seq2seq.batches(pairs, vocab, batch_size=5, seed=1))
+    assert torch.equal(again[0], epoch[0][0]), "same seed must give the same order"
+    assert not torch.equal(other[0], epoch[0][0]), "another seed should give another order"
+    with pytest.raises(ValueError, match="batch_size"):
+        next(seq2seq.batches(pairs, vocab, batch_size=11))
+
+
+# ----------------------------------------------------------------------------- the loss
+
+
+class FixedLogits(nn.Module):
+    """A stand-in model whose logits are a given tensor, whatever the input."""
+
+    pad_id = PAD
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.logits = nn.Parameter(logits.clone())
+
+    def forward(self, src, tgt_in):
+        return self.logits
+
+
+def check_loss_ignores_pad(loss_fn, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(0)
+    B, L, V = 3, 4, 6
+    logits = torch.randn(B, L, V, generator=gen, dtype=dtype)
+    tgt_out = torch.tensor([[3, 4, 5, EOS], [3, EOS, PAD, PAD], [4, 5, EOS, PAD]])
+    batch = (torch.zeros(B, 2, dtype=torch.long), torch.zeros(B, L, dtype=torch.long), tgt_out)
+    loss = loss_fn(FixedLogits(logits), batch)
+    real = tgt_out != PAD
+    expected = F.cross_entropy(logits[real], tgt_out[real])  # mean over the 9 real tokens only
+    torch.testing.assert_close(loss, expected)
+    changed = logits.clone()
+    changed[~real] = 100 * torch.randn_like(changed[~real])
+    torch.testing.assert_close(loss_fn(FixedLogits(changed), batch), loss)
+    # and the gradient never reaches a padded position
+    model = FixedLogits(logits)
+    loss_fn(model, batch).backward()
+    assert (model.logits.grad[~real] == 0).all(), "padded positions must get no gradient"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_loss_ignores_pad(dtype):
+    check_loss_ignores_pad(seq2seq.teacher_forcing_loss, dtype)
+
+
+def test_mutant_loss_counts_pad():
+    def counts_pad(model, batch):  # PAD treated as a target to predict
+        logits = model(batch[0], batch[1])
+        return F.cross_entropy(logits.flatten(0, 1), batch[2].flatten())
+
+    with pytest.raises(AssertionError):
+        check_loss_ignores_pad(counts_pad)
+
+
+def test_mutant_loss_sums_instead_of_mean():
+    def summed(model, batch):
+        logits = model(batch[0], batch[1])
+        return F.cross_entropy(
+            logits.flatten(0, 1), batch[2].flatten(), ignore_index=PAD, reduction="sum"
+        )
+
+    with pytest.raises(AssertionError):
+        check_loss_ignores_pad(summed)
+
+
+def test_token_accuracy_known_case():
+    tgt_out = torch.tensor([[3, 4, EOS], [3, EOS, PAD]])
+    logits = torch.zeros(2, 3, 6)
+    for b, t, token in [(0, 0, 3), (0, 1, 5), (0, 2, EOS), (1, 0, 3), (1, 1, 4), (1, 2, PAD)]:
+        logits[b, t, token] = 1.0  # right, wrong, right, right, wrong, (pad: ignored)
+    batch = (torch.zeros(2, 2, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long), tgt_out)
+    model = FixedLogits(logits).train()
+    assert seq2seq.token_accuracy(model, batch) == pytest.approx(3 / 5)
+    assert model.training, "token_accuracy must restore the training mode"
+
+
+# ----------------------------------------------------------------------------- exact match
+
+
+def check_exact_match(exact_match):
+    predictions = ["1998-03-05", "2000-01-01", "2000-01-0", "1999-12-31 "]
+    targets = ["1998-03-05", "2000-01-02", "2000-01-01", "1999-12-31"]
+    # one exactly right; one differs in a character, one is a prefix, one has a trailing space
+    assert exact_match(predictions, targets) == pytest.approx(0.25)
+    assert exact_match(targets, targets) == 1.0
+
+
+def test_exact_match():
+    check_exact_match(seq2seq.exact_match)
+    with pytest.raises(ValueError, match="3 predictions for 2 targets"):
+        seq2seq.exact_match(["a", "b", "c"], ["a", "b"])
+
+
+def test_mutant_exact_match_character_accuracy():
+    def char_accuracy(predictions, targets):  # partial credit is not an exact match
+        scores = [sum(a == b for a, b in zip(p, t)) / len(t) for p, t in zip(predictions, targets)]
+        return sum(scores) / len(scores)
+
+    with pytest.raises(AssertionError):
+        check_exact_match(char_accuracy)
+
+
+def test_mutant_exact_match_prefix():
+    def prefix_match(predictions, targets):  # a truncated answer is wrong
+        return sum(t.startswith(p) for p, t in zip(predictions, targets)) / len(targets)
+
+    with pytest.raises(AssertionError):
+        check_exact_match(prefix_match)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+class CopyModel(nn.Module):
+    """An oracle with the Transformer's encode/decode interface that copies its source.
+
+    At step t it puts all its probability on source token t (EOS after the last one). It
+    records whether it was in training mode when asked to decode.
+    """
+
+    pad_id = PAD
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.dummy = nn.Parameter(torch.zeros(()))
+        self.modes: list[bool] = []
+
+    def encode(self, src):
+        return src[..., None].double(), (src != PAD)[:, None, None, :]
+
+    def decode(self, tgt_in, memory, src_mask):
+        self.modes.append(self.training)
+        src = memory[..., 0].long()
+        B, L = tgt_in.shape
+        src = torch.cat([src, torch.full((B, L), PAD, dtype=torch.long)], dim=1)
+        wanted = src[:, :L].clone()
+        wanted[wanted == PAD] = EOS
+        logits = torch.full((B, L, self.vocab_size), -10.0, dtype=torch.float64)
+        return logits.scatter(-1, wanted[..., None], 10.0)
+
+
+@pytest.mark.parametrize("beam_size", [None, 3], ids=["greedy", "beam"])
+def test_translate_with_an_oracle(beam_size):
+    pairs = [("abc", "abc"), ("a", "a"), ("cab", "cab"), ("bb", "bb")]  # mixed lengths: padding
+    vocab = data.Seq2SeqVocab.from_pairs(pairs)
+    model = CopyModel(vocab.vocab_size).train()
+    sources = [s for s, _ in pairs]
+    out = seq2seq.translate(model, vocab, sources, max_len=10, beam_size=beam_size, batch_size=3)
+    assert out == sources
+    assert model.modes and not any(model.modes), "decoding must run in eval mode"
+    assert model.training, "translate must restore the training mode"
+    assert seq2seq.evaluate_exact_match(model, pairs, vocab, beam_size=beam_size) == 1.0
+    # max_len cuts the output short, and a cut-off answer is not an exact match
+    assert seq2seq.translate(model, vocab, ["abc"], max_len=2, beam_size=beam_size) == ["ab"]
+    assert seq2seq.evaluate_exact_match(model, pairs, vocab, max_len=2, beam_size=beam_size) == 0.5
+
+
+def test_loss_on_a_real_transformer_backpropagates(device, dtype):
+    pairs = data.dates_task(6, seed=0)
+    vocab = data.Seq2SeqVocab.from_pairs(pairs)
+    torch.manual_seed(0)
+    model = Transformer(
+        vocab.vocab_size, vocab.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32
+    )
+    model = model.to(device=device, dtype=dtype)
+    batch = tuple(t.to(device) for t in seq2seq.make_batch(pairs, vocab))
+    loss = seq2seq.teacher_forcing_loss(model, batch)
+    assert loss.dtype == dtype and loss.device.type == device.type and torch.isfinite(loss)
+    # an untrained model is near chance: log(V) nats per token
+    assert abs(loss.item() - torch.log(torch.tensor(vocab.vocab_size * 1.0)).item()) < 1.5
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------- a real run
+
+
+@pytest.mark.slow
+def test_short_training_run_learns_dates():
+    """A small model, 400 steps (~20 s CPU): exact match far above chance (~0 for a 10-char date)."""
+    from transformer_lab.train import fit, seed_everything
+
+    train = data.dates_task(4000, seed=0)
+    test = data.dates_task(200, seed=1)
+    vocab = data.Seq2SeqVocab.from_pairs(train + test)
+    seed_everything(0)
+    model = Transformer(
+        vocab.vocab_size,
+        vocab.vocab_size,
+        d_model=64,
+        n_heads=4,
+        n_layers=2,
+        d_ff=128,
+        dropout=0.0,
+        max_len=32,
+        norm_first=True,
+    )
+    steps = 400
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 40) * (1 - s / steps)
+    )
+    start = time.process_time()
+    losses = fit(
+        model,
+        seq2seq.batches(train, vocab, 32),
+        seq2seq.teacher_forcing_loss,
+        opt,
+        steps,
+        clip_grad_norm=1.0,
+        scheduler=sched,
+        show_progress=False,
+    )
+    em = seq2seq.evaluate_exact_match(model, test, vocab, max_len=11)
+    acc = seq2seq.token_accuracy(model, seq2seq.make_batch(test, vocab))
+    cpu = time.process_time() - start
+    print(f"exact match {em:.3f}, token accuracy {acc:.3f} after {steps} steps, {cpu:.1f} s CPU")
+    # measured: exact match 0.120, token accuracy 0.845 (chance: ~1/36525 and ~1/46)
+    assert sum(losses[-20:]) / 20 < 0.5 * losses[0]
+    assert acc >= 0.7, f"teacher-forced token accuracy {acc:.3f} after {steps} steps"
+    assert em >= 0.05, f"exact match {em:.3f} after {steps} steps"

@@ -89,6 +89,7 @@ def quick_env(monkeypatch, tmp_path):
     monkeypatch.setenv("TRANSFORMER_LAB_NO_PROGRESS", "1")
     monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "student"))
     monkeypatch.setenv("TRANSFORMER_LAB_DEVICE", "cpu")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two kernels share two cores under -n 2
     return tmp_path
 
 

@@ -578,8 +578,8 @@ def _run(ex: Exercise, student_obj, cases, names, thorough, kind: str) -> bool:
             n = kind(ex, student_obj, thorough)
     finally:
         torch.set_num_threads(threads)
-    if callable(kind):
-        what = "every kind, length and kernel size"
+    if callable(kind):  # a custom check returns its count, or (count, what it covered)
+        n, what = n if isinstance(n, tuple) else (n, "every case")
     else:
         where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
         what = f"forward and gradients, float64 and float32 on {where}"

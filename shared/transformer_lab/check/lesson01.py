@@ -230,7 +230,7 @@ def _check_steps(ex: Exercise, student_fn, thorough: bool) -> int:
                 f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) returned {got!r}, "
                 f"expected {expected}{hint}"
             )
-    return len(grid)
+    return len(grid), "every kind, length and kernel size"
 
 
 def sequential_steps(student_fn, thorough: bool = False) -> bool:

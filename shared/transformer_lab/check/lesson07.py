@@ -1,0 +1,442 @@
+"""Checks for lesson 07 — cross-attention: `DecoderBlock` and `greedy_decode`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import encoder_decoder as _ed
+from ..masking import causal_mask
+from .engine import (
+    Case,
+    CheckFailed,
+    Exercise,
+    ImplementThisYourself,
+    Mistake,
+    _register,
+    _run,
+    _run_student,
+    available_devices,
+)
+
+__all__ = ["DecoderBlock", "greedy_decode"]
+
+# ==============================================================================================
+# Exercise 1 — DecoderBlock: masked self-attention, cross-attention, FFN, each with Add & Norm.
+
+
+class _DecoderKVFromDecoder(_ed.DecoderBlock):
+    """Cross-attention reads keys and values from the decoder itself: the memory is ignored."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=self_mask)
+            x = x + self.cross_attn(self.norm2(x))
+            return x + self.ffn(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, mask=self_mask))
+        x = self.norm2(x + self.cross_attn(x))
+        return self.norm3(x + self.ffn(x))
+
+
+class _DecoderRolesSwapped(_ed.DecoderBlock):
+    """Queries from the memory, keys and values from the decoder."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=self_mask)
+            x = x + self.cross_attn(memory, context=self.norm2(x), mask=memory_mask)
+            return x + self.ffn(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, mask=self_mask))
+        x = self.norm2(x + self.cross_attn(memory, context=x, mask=memory_mask))
+        return self.norm3(x + self.ffn(x))
+
+
+class _DecoderNoSelfMask(_ed.DecoderBlock):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        return super().forward(x, memory, self_mask=None, memory_mask=memory_mask)
+
+
+class _DecoderNoMemoryMask(_ed.DecoderBlock):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        return super().forward(x, memory, self_mask=self_mask, memory_mask=None)
+
+
+class _DecoderNormSwapped(_ed.DecoderBlock):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        self.norm_first = not self.norm_first
+        try:
+            return super().forward(x, memory, self_mask=self_mask, memory_mask=memory_mask)
+        finally:
+            self.norm_first = not self.norm_first
+
+
+class _DecoderNoResidual(_ed.DecoderBlock):
+    """Post-norm without the residual around cross-attention."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=self_mask)
+            x = self.cross_attn(self.norm2(x), context=memory, mask=memory_mask)
+            return x + self.ffn(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, mask=self_mask))
+        x = self.norm2(self.cross_attn(x, context=memory, mask=memory_mask))
+        return self.norm3(x + self.ffn(x))
+
+
+_DECODER_EX = _register(
+    Exercise(
+        name="DecoderBlock",
+        lesson="07",
+        module="encoder_decoder",
+        reference=_ed.DecoderBlock,
+        forbidden=(
+            "transformer_lab.encoder_decoder.DecoderBlock",
+            "transformer_lab.DecoderBlock",
+            "transformer_lab.encoder_decoder.Transformer",
+            "transformer_lab.Transformer",
+            "torch.nn.TransformerDecoderLayer",
+            "torch.nn.TransformerDecoder",
+            "torch.nn.Transformer",
+        ),
+        mistakes=[
+            Mistake(
+                "cross-attention ignores the memory: its keys and values must come from the "
+                "encoder (self.cross_attn(x, context=memory, ...)).",
+                _DecoderKVFromDecoder,
+            ),
+            Mistake(
+                "the roles in cross-attention are swapped: the queries come from the decoder (x), "
+                "the keys and values from the memory.",
+                _DecoderRolesSwapped,
+            ),
+            Mistake(
+                "the causal mask is not applied: pass self_mask to the self-attention sublayer.",
+                _DecoderNoSelfMask,
+            ),
+            Mistake(
+                "the memory mask is ignored: pass memory_mask to the cross-attention sublayer so "
+                "padded source positions get no weight.",
+                _DecoderNoMemoryMask,
+            ),
+            Mistake(
+                "pre-norm and post-norm are swapped: norm_first=True normalises each sublayer's "
+                "input (x + f(norm(x))); norm_first=False normalises after the sum (norm(x + f(x))).",
+                _DecoderNormSwapped,
+            ),
+            Mistake(
+                "the residual connection around cross-attention is missing: add its output to x.",
+                _DecoderNoResidual,
+            ),
+        ],
+    )
+)
+
+
+def _decoder_cases(thorough: bool) -> list[Case]:
+    def case(B, L_t, L_s, d_model, n_heads, d_ff, norm_first=False, causal=True, pad=True):
+        def make(g):
+            inputs = {
+                "x": torch.randn(B, L_t, d_model, generator=g, dtype=torch.float64),
+                "memory": torch.randn(B, L_s, d_model, generator=g, dtype=torch.float64),
+            }
+            if causal:
+                inputs["self_mask"] = causal_mask(L_t)
+            if pad:
+                # each source keeps its first position; later ones are padding at random
+                keep = torch.rand(B, L_s, generator=g) < 0.6
+                keep[:, 0] = True
+                inputs["memory_mask"] = keep[:, None, None, :]
+            return inputs
+
+        init = {"d_model": d_model, "n_heads": n_heads, "d_ff": d_ff, "norm_first": norm_first}
+        label = (
+            f"DecoderBlock({d_model}, {n_heads}, {d_ff}, norm_first={norm_first}) on "
+            f"x {(B, L_t, d_model)}, memory {(B, L_s, d_model)}"
+            + (", causal self_mask" if causal else "")
+            + (f", memory_mask {(B, 1, 1, L_s)}" if pad else "")
+        )
+        return Case(label, make, init)
+
+    # The first case has L_t == L_s so that swapped roles still run (and can be named).
+    cases = [case(2, 5, 5, 8, 2, 16), case(2, 4, 6, 8, 2, 16, norm_first=True)]
+    if thorough:
+        cases += [
+            case(1, 1, 1, 4, 1, 8),
+            case(3, 6, 3, 12, 3, 24),
+            case(2, 3, 7, 16, 4, 32, norm_first=True),
+            case(2, 4, 4, 8, 2, 8, causal=False, pad=False),
+            case(1, 7, 2, 6, 2, 5, norm_first=True),
+        ]
+    return cases
+
+
+def DecoderBlock(student_cls, thorough: bool = False) -> bool:
+    """Check DecoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False),
+    forward(x, memory, self_mask=None, memory_mask=None) -> (B, L_t, d_model)."""
+    return _run(_DECODER_EX, student_cls, _decoder_cases(thorough), ("output",), thorough, "module")
+
+
+# ==============================================================================================
+# Exercise 2 — greedy_decode: token outputs, so a check kind of its own (exact equality).
+
+
+@torch.no_grad()
+def _greedy_no_stop(model, src, bos_id, eos_id, max_len):
+    """Keeps decoding after EOS (no padding, no early stop)."""
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    for _ in range(max_len):
+        nxt = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+    return ys
+
+
+@torch.no_grad()
+def _greedy_first_position(model, src, bos_id, eos_id, max_len):
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        nxt = model.decode(ys, memory, src_mask)[:, 0].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys
+
+
+@torch.no_grad()
+def _greedy_no_bos(model, src, bos_id, eos_id, max_len):
+    """Starts the decoder from PAD instead of BOS."""
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), model.pad_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        nxt = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys
+
+
+@torch.no_grad()
+def _greedy_stop_at_first_eos(model, src, bos_id, eos_id, max_len):
+    """Stops the whole batch as soon as any sequence emits EOS."""
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    for _ in range(max_len):
+        nxt = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        if (nxt == eos_id).any():
+            break
+    return ys
+
+
+@torch.no_grad()
+def _greedy_pad_not_stop(model, src, bos_id, eos_id, max_len):
+    """Pads after EOS but never stops early: always max_len new tokens."""
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        nxt = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+    return ys
+
+
+_GREEDY_EX = _register(
+    Exercise(
+        name="greedy_decode",
+        lesson="07",
+        module="encoder_decoder",
+        reference=_ed.greedy_decode,
+        forbidden=(
+            "transformer_lab.encoder_decoder.greedy_decode",
+            "transformer_lab.encoder_decoder.beam_search",
+            "transformer_lab.greedy_decode",
+            "transformer_lab.beam_search",
+            "transformer_lab.seq2seq.greedy_decode",
+            "transformer_lab.seq2seq.beam_search",
+            "transformer_lab.seq2seq.translate",
+        ),
+        mistakes=[
+            Mistake(
+                "decoding goes on after EOS: once a sequence has emitted eos_id, append "
+                "model.pad_id to it, and stop when every sequence is done.",
+                _greedy_no_stop,
+            ),
+            Mistake(
+                "the next token is the argmax at the first position: take the logits of the last "
+                "position, logits[:, -1].",
+                _greedy_first_position,
+            ),
+            Mistake(
+                "the output must start with BOS: begin with a (B, 1) column of bos_id, feed it to "
+                "the decoder and keep it in the result.",
+                _greedy_no_bos,
+            ),
+            Mistake(
+                "the whole batch stops when one sequence emits EOS: stop only when every sequence "
+                "is done (pad the finished ones meanwhile).",
+                _greedy_stop_at_first_eos,
+            ),
+            Mistake(
+                "the loop never stops early: break as soon as every sequence has emitted EOS.",
+                _greedy_pad_not_stop,
+            ),
+        ],
+    )
+)
+
+
+def _random_model(vocab: int, d_model: int, n_layers: int, norm_first: bool, seed: int):
+    """A small Transformer whose weights come from the check's own generator (not the global one)."""
+    with torch.random.fork_rng(devices=[]):
+        model = _ed.Transformer(
+            vocab,
+            vocab,
+            d_model=d_model,
+            n_heads=2,
+            n_layers=n_layers,
+            d_ff=2 * d_model,
+            dropout=0.0,
+            max_len=64,
+            norm_first=norm_first,
+        )
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() > 1:  # weight matrices and embeddings
+                p.copy_(torch.randn(p.shape, generator=g) * 2.0 / math.sqrt(p.shape[-1]))
+            elif "norm" in name and name.endswith("weight"):  # LayerNorm gains near 1
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+        # the model never predicts PAD or BOS (as a trained one would not)
+        model.generator.bias[model.pad_id] = -1e4
+        model.generator.bias[1] = -1e4
+    return model.eval()
+
+
+def _greedy_grid(thorough: bool) -> list[dict]:
+    # (batch, source length, max_len, vocab, d_model, layers, norm_first)
+    grid = [(6, 5, 6, 8, 16, 1, False), (4, 3, 4, 6, 8, 1, True)]
+    if thorough:
+        grid += [
+            (1, 1, 1, 6, 8, 1, False),
+            (1, 4, 7, 10, 16, 2, False),
+            (8, 6, 8, 7, 16, 2, True),
+            (5, 2, 5, 5, 8, 1, False),
+            (7, 7, 9, 9, 16, 1, True),
+        ]
+    return [
+        dict(B=b, L_s=ls, max_len=m, vocab=v, d_model=d, n_layers=n, norm_first=nf, seed=4000 + i)
+        for i, (b, ls, m, v, d, n, nf) in enumerate(grid)
+    ]
+
+
+def _pick_eos(model, src, bos_id: int, max_len: int) -> int:
+    """The EOS id that exercises the most: some sequences end early, not all at the first step."""
+    best, best_score = 2, -1
+    for eos in range(2, model.generator.out_features):
+        out = _ed.greedy_decode(model, src, bos_id, eos, max_len)
+        ended = (out[:, 1:] == eos).any(1)
+        first = (out[:, 1] == eos).sum().item()
+        score = int(ended.sum().item() > 0) * 4 + int(not ended.all()) * 2 - first / len(src)
+        score += int(out.shape[1] < max_len + 1)
+        if score > best_score:
+            best, best_score = eos, score
+    return best
+
+
+def _check_greedy(ex: Exercise, student_fn, thorough: bool) -> int:
+    devices = available_devices() if thorough else [torch.device("cpu")]
+    n = 0
+    for device in devices:
+        for spec in _greedy_grid(thorough):
+            model = _random_model(
+                spec["vocab"], spec["d_model"], spec["n_layers"], spec["norm_first"], spec["seed"]
+            ).to(device)
+            g = torch.Generator().manual_seed(spec["seed"] + 1)
+            src = torch.randint(3, spec["vocab"], (spec["B"], spec["L_s"]), generator=g)
+            src = src.to(device)
+            bos_id, max_len = 1, spec["max_len"]
+            eos_id = _pick_eos(model, src, bos_id, max_len)
+            expected = ex.reference(model, src, bos_id, eos_id, max_len)
+            call = f"greedy_decode(model, src {tuple(src.shape)}, bos_id=1, eos_id={eos_id}, max_len={max_len})"
+            label = (
+                f"{call} on a random Transformer (d_model={spec['d_model']}, "
+                f"{spec['n_layers']} layer(s), norm_first={spec['norm_first']}, {device.type})"
+            )
+            try:
+                with torch.no_grad():
+                    got = _run_student(
+                        ex,
+                        student_fn,
+                        lambda: student_fn(model, src.clone(), bos_id, eos_id, max_len),  # noqa: B023
+                    )
+            except (ImplementThisYourself, NotImplementedError):
+                raise
+            except Exception as err:
+                raise CheckFailed(
+                    f"{ex.name}: {call} raised {type(err).__name__}: {err}\n  case: {label}"
+                ) from None
+            problem = _compare_tokens(expected, got)
+            if problem:
+                hint = ""
+                for mistake in ex.mistakes:
+                    try:
+                        wrong = mistake.impl(model, src.clone(), bos_id, eos_id, max_len)
+                    except Exception:
+                        continue
+                    if _equal(wrong, got) and not _equal(wrong, expected):
+                        hint = f"\nLikely mistake: {mistake.sentence}"
+                        break
+                raise CheckFailed(
+                    f"{ex.name}: {problem}\n  expected {expected.tolist()}\n  got      "
+                    f"{got.tolist() if isinstance(got, torch.Tensor) else got!r}\n"
+                    f"  case: {label}{hint}"
+                )
+            n += 1
+    return n
+
+
+def _equal(a, b) -> bool:
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.shape == b.shape
+        and torch.equal(a.cpu().long(), b.cpu().long())
+    )
+
+
+def _compare_tokens(expected: torch.Tensor, got) -> str | None:
+    if not isinstance(got, torch.Tensor):
+        return f"the result should be a tensor of token ids but is a {type(got).__name__}"
+    if got.dtype != torch.long:
+        return f"the token ids have dtype {got.dtype} but should be torch.int64 (torch.long)"
+    if got.device.type != expected.device.type:
+        return f"the tokens are on device {got.device} but src is on {expected.device}"
+    if tuple(got.shape) != tuple(expected.shape):
+        return (
+            f"the tokens have shape {tuple(got.shape)} but should have shape "
+            f"{tuple(expected.shape)} (B, 1 + number of decoding steps)"
+        )
+    if not torch.equal(got, expected):
+        row, col = (got != expected).nonzero()[0].tolist()
+        return (
+            f"sequence {row} differs at position {col}: got token {got[row, col].item()}, "
+            f"expected {expected[row, col].item()}"
+        )
+    return None
+
+
+def greedy_decode(student_fn, thorough: bool = False) -> bool:
+    """Check greedy_decode(model, src, bos_id, eos_id, max_len) -> tokens (B, 1 + n)."""
+    return _run(_GREEDY_EX, student_fn, None, None, thorough, _check_greedy)

@@ -1,0 +1,270 @@
+"""Lesson 07 checks: DecoderBlock and greedy_decode.
+
+Correct implementations written the way a student would pass; catalogued mistakes are named (the
+generic catalogue test lives in test_check.py); further wrong variants are caught; forbidden
+built-ins are refused while the student's code runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_lab import check
+from transformer_lab.add_norm import FeedForward, LayerNorm
+from transformer_lab.check import lesson07
+from transformer_lab.multihead import MultiHeadAttention
+
+
+@pytest.fixture(autouse=True)
+def _student_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct student implementations.
+
+
+class GoodDecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, "relu", dropout)
+        self.norm1, self.norm2, self.norm3 = (LayerNorm(d_model) for _ in range(3))
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, mask=self_mask)
+            x = x + self.cross_attn(self.norm2(x), context=memory, mask=memory_mask)
+            return x + self.ffn(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, mask=self_mask))
+        x = self.norm2(x + self.cross_attn(x, context=memory, mask=memory_mask))
+        return self.norm3(x + self.ffn(x))
+
+
+def good_greedy(model, src, bos_id, eos_id, max_len):
+    """A loop over Python lists, calling the model's forward each step (no encode/decode)."""
+    outputs = []
+    for row in src:
+        tokens = [bos_id]
+        for _ in range(max_len):
+            logits = model(row[None], torch.tensor([tokens], device=src.device))
+            tokens.append(int(logits[0, -1].argmax()))
+            if tokens[-1] == eos_id:
+                break
+        outputs.append(tokens)
+    width = max(len(t) for t in outputs)
+    padded = [t + [model.pad_id] * (width - len(t)) for t in outputs]
+    return torch.tensor(padded, dtype=torch.long, device=src.device)
+
+
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_good_decoder_block_passes(thorough, capsys):
+    assert check.DecoderBlock(GoodDecoderBlock, thorough=thorough) is True
+    assert "✓ DecoderBlock" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_good_greedy_decode_passes(thorough, capsys):
+    assert check.greedy_decode(good_greedy, thorough=thorough) is True
+    assert "✓ greedy_decode" in capsys.readouterr().out
+
+
+def test_good_implementations_are_saved(tmp_path):
+    check.DecoderBlock(GoodDecoderBlock)
+    check.greedy_decode(good_greedy)
+    saved = (tmp_path / "pkg" / "transformer_lab_student" / "encoder_decoder.py").read_text()
+    assert "class GoodDecoderBlock" in saved and "def good_greedy" in saved
+
+
+# ---------------------------------------------------------------------------------------------
+# The check cases exercise what the mistakes need.
+
+
+def test_greedy_cases_have_sequences_that_end_early_and_late():
+    """Some case must stop some (not all) sequences before max_len, else EOS bugs go unseen."""
+    mixed = 0
+    for spec in lesson07._greedy_grid(thorough=True):
+        model = lesson07._random_model(
+            spec["vocab"], spec["d_model"], spec["n_layers"], spec["norm_first"], spec["seed"]
+        )
+        g = torch.Generator().manual_seed(spec["seed"] + 1)
+        src = torch.randint(3, spec["vocab"], (spec["B"], spec["L_s"]), generator=g)
+        eos = lesson07._pick_eos(model, src, 1, spec["max_len"])
+        out = lesson07._ed.greedy_decode(model, src, 1, eos, spec["max_len"])
+        ended = (out == eos).any(1)
+        mixed += bool(ended.any() and not ended.all())
+    assert mixed >= 1
+
+
+def test_greedy_check_does_not_depend_on_the_global_seed():
+    torch.manual_seed(123)
+    a = torch.rand(3)
+    check.greedy_decode(good_greedy)
+    torch.manual_seed(123)
+    assert torch.equal(torch.rand(3), a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong variants beyond the catalogue.
+
+
+class NoFfnResidualDecoder(GoodDecoderBlock):
+    """Forgets the FFN's residual."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            return super().forward(x, memory, self_mask, memory_mask)
+        x = self.norm1(x + self.self_attn(x, mask=self_mask))
+        x = self.norm2(x + self.cross_attn(x, context=memory, mask=memory_mask))
+        return self.norm3(self.ffn(x))
+
+
+class CrossBeforeSelfDecoder(GoodDecoderBlock):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        x = self.norm1(x + self.cross_attn(x, context=memory, mask=memory_mask))
+        x = self.norm2(x + self.self_attn(x, mask=self_mask))
+        return self.norm3(x + self.ffn(x))
+
+
+class WrongNormOrderDecoder(GoodDecoderBlock):
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        self.norm1, self.norm3 = self.norm3, self.norm1
+        try:
+            return super().forward(x, memory, self_mask, memory_mask)
+        finally:
+            self.norm1, self.norm3 = self.norm3, self.norm1
+
+
+class RenamedDecoder(GoodDecoderBlock):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.cross = self.cross_attn
+        del self.cross_attn
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        raise AssertionError("never reached: the weights cannot be copied in")
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [NoFfnResidualDecoder, CrossBeforeSelfDecoder, WrongNormOrderDecoder],
+    ids=lambda c: c.__name__,
+)
+def test_other_wrong_decoder_blocks_are_caught(wrong):
+    with pytest.raises(check.CheckFailed):
+        check.DecoderBlock(wrong, thorough=True)
+
+
+def test_wrong_submodule_names_are_reported():
+    with pytest.raises(check.CheckFailed, match="cross_attn.w_q.weight"):
+        check.DecoderBlock(RenamedDecoder)
+
+
+def _greedy_sampling(model, src, bos_id, eos_id, max_len):
+    g = torch.Generator().manual_seed(0)
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.shape[0], dtype=torch.bool)
+    for _ in range(max_len):
+        probs = model.decode(ys, memory, src_mask)[:, -1].softmax(-1)
+        nxt = torch.multinomial(probs, 1, generator=g)[:, 0].masked_fill(done, model.pad_id)
+        ys = torch.cat([ys, nxt[:, None]], 1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys
+
+
+def _greedy_without_bos_in_output(model, src, bos_id, eos_id, max_len):
+    return lesson07._greedy_pad_not_stop.__wrapped__(model, src, bos_id, eos_id, max_len)[:, 1:]
+
+
+def _greedy_float_tokens(model, src, bos_id, eos_id, max_len):
+    return good_greedy(model, src, bos_id, eos_id, max_len).float()
+
+
+def _greedy_one_step_short(model, src, bos_id, eos_id, max_len):
+    return good_greedy(model, src, bos_id, eos_id, max_len - 1)
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (_greedy_sampling, "differs at position|shape"),
+        (_greedy_without_bos_in_output, "shape"),
+        (_greedy_float_tokens, "dtype"),
+        (_greedy_one_step_short, "shape|differs"),
+    ],
+    ids=["sampling", "drops-bos", "float-tokens", "one-step-short"],
+)
+def test_other_wrong_greedy_decoders_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.greedy_decode(wrong, thorough=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forbidden built-ins.
+
+
+def test_decoder_block_may_not_wrap_the_reference():
+    from transformer_lab.encoder_decoder import DecoderBlock as Reference
+
+    class Wrapper(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.inner = Reference(d_model, n_heads, d_ff, dropout, norm_first)
+
+        def forward(self, x, memory, self_mask=None, memory_mask=None):
+            return self.inner(x, memory, self_mask, memory_mask)
+
+    with pytest.raises(check.ImplementThisYourself):
+        check.DecoderBlock(Wrapper)
+
+
+def test_decoder_block_may_not_use_torch_decoder_layer():
+    class TorchLayer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.layer = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, dropout)
+
+        def forward(self, x, memory, self_mask=None, memory_mask=None):
+            return self.layer(x, memory)
+
+    with pytest.raises(check.ImplementThisYourself):
+        check.DecoderBlock(TorchLayer)
+
+
+def test_greedy_decode_may_not_call_the_reference():
+    import transformer_lab
+    from transformer_lab import seq2seq
+
+    def via_reference(model, src, bos_id, eos_id, max_len):
+        return transformer_lab.encoder_decoder.greedy_decode(model, src, bos_id, eos_id, max_len)
+
+    def via_translate(model, src, bos_id, eos_id, max_len):
+        return seq2seq.translate(model, None, [])
+
+    for cheat in (via_reference, via_translate):
+        with pytest.raises(check.ImplementThisYourself):
+            check.greedy_decode(cheat)
+
+
+def test_passing_the_reference_itself_is_refused():
+    from transformer_lab.encoder_decoder import DecoderBlock, greedy_decode
+
+    with pytest.raises(check.ImplementThisYourself):
+        check.greedy_decode(greedy_decode)
+    with pytest.raises(check.ImplementThisYourself):
+        check.DecoderBlock(DecoderBlock)
+
+
+def test_decoder_block_may_use_the_reference_attention_and_ffn(capsys):
+    """The contract lets the student build on MultiHeadAttention, FeedForward and LayerNorm."""
+    assert check.DecoderBlock(GoodDecoderBlock)
+    assert "forbidden" not in capsys.readouterr().out

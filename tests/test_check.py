@@ -392,3 +392,11 @@ def test_source_of_a_class_defined_in_a_notebook_cell():
     namespace = {"__name__": "__main__", "torch": torch}
     exec(compile(cell, filename, "exec"), namespace)
     assert student.source_of(namespace["Cell"]) == cell
+
+
+def test_subclass_of_the_reference_is_refused():
+    from transformer_lab.attention import SelfAttention as Reference
+
+    Cheat = type("SelfAttention", (Reference,), {"__module__": "__main__"})
+    with pytest.raises(check.ImplementThisYourself, match="subclasses the reference"):
+        check.SelfAttention(Cheat)

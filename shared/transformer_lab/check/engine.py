@@ -566,6 +566,16 @@ def _run(ex: Exercise, student_obj, cases, names, thorough, kind: str) -> bool:
             f"implement this yourself: check.{ex.name} was given the reference implementation, "
             "not yours"
         )
+    if (  # a subclass of the reference would inherit the answer (our own mutants are exempt)
+        isinstance(student_obj, type)
+        and isinstance(ex.reference, type)
+        and issubclass(student_obj, ex.reference)
+        and not student_obj.__module__.startswith("transformer_lab.")
+    ):
+        raise ImplementThisYourself(
+            f"implement this yourself: your {student_obj.__name__} subclasses the reference "
+            f"{ex.reference.__name__}; subclass nn.Module and write it out"
+        )
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one thread is several times faster on a busy CPU

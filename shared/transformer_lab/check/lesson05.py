@@ -1,0 +1,397 @@
+"""Checks for lesson 05 — Add & Norm: `LayerNorm`, `FeedForward` and `EncoderBlock`."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import add_norm as _add_norm
+from .engine import (
+    Case,
+    Exercise,
+    Mistake,
+    _register,
+    _run,
+)
+
+__all__ = ["EncoderBlock", "FeedForward", "LayerNorm"]
+
+
+# ==============================================================================================
+# Lesson 05 — LayerNorm. The mutants subclass the reference (same parameters) and compute the
+# formula with one thing wrong; they never call the reference's forward (it is forbidden).
+
+
+def _normalise(x, dims, unbiased=False, eps=1e-5):
+    mean = x.mean(dim=dims, keepdim=True)
+    var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
+    return (x - mean) / torch.sqrt(var + eps)
+
+
+class _LayerNormUnbiased(_add_norm.LayerNorm):
+    def forward(self, x):
+        return self.weight * _normalise(x, -1, unbiased=True, eps=self.eps) + self.bias
+
+
+class _LayerNormEpsOutside(_add_norm.LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.var(-1, keepdim=True, unbiased=False).sqrt()
+        return self.weight * (x - mean) / (std + self.eps) + self.bias
+
+
+class _LayerNormBatchAxis(_add_norm.LayerNorm):
+    def forward(self, x):
+        return self.weight * _normalise(x, 0, eps=self.eps) + self.bias
+
+
+class _LayerNormSequenceAxis(_add_norm.LayerNorm):
+    def forward(self, x):
+        return self.weight * _normalise(x, -2, eps=self.eps) + self.bias
+
+
+class _LayerNormNoAffine(_add_norm.LayerNorm):
+    def forward(self, x):
+        return _normalise(x, -1, eps=self.eps)
+
+
+class _LayerNormStdForVar(_add_norm.LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.var(-1, keepdim=True, unbiased=False).sqrt()
+        return self.weight * (x - mean) / torch.sqrt(std + self.eps) + self.bias
+
+
+class _LayerNormNoSqrt(_add_norm.LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - mean) / (var + self.eps) + self.bias
+
+
+_LAYER_NORM_EX = _register(
+    Exercise(
+        name="LayerNorm",
+        lesson="05",
+        module="add_norm",
+        reference=_add_norm.LayerNorm,
+        forbidden=(
+            "torch.nn.functional.layer_norm",
+            "torch.nn.LayerNorm",
+            "torch.layer_norm",
+            "torch.native_layer_norm",
+            "torch.nn.functional.group_norm",
+            "torch.nn.GroupNorm",
+            "torch.nn.functional.rms_norm",
+            "transformer_lab.add_norm.LayerNorm",
+            "transformer_lab.LayerNorm",
+        ),
+        mistakes=[
+            Mistake(
+                "the variance is the unbiased one (divided by d_model - 1): LayerNorm uses the "
+                "biased variance, x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1).",
+                _LayerNormUnbiased,
+            ),
+            Mistake(
+                "ε is added outside the square root: divide by sqrt(var + eps), not sqrt(var) + eps.",
+                _LayerNormEpsOutside,
+            ),
+            Mistake(
+                "the statistics are taken over the batch axis (dim=0), as BatchNorm does: "
+                "LayerNorm normalises each position over its features, dim=-1.",
+                _LayerNormBatchAxis,
+            ),
+            Mistake(
+                "the statistics are taken over the sequence axis (dim=-2): LayerNorm normalises "
+                "each position over its d_model features, dim=-1.",
+                _LayerNormSequenceAxis,
+            ),
+            Mistake(
+                "γ and β are not applied: multiply by self.weight and add self.bias after "
+                "normalising.",
+                _LayerNormNoAffine,
+            ),
+            Mistake(
+                "the denominator uses the standard deviation where the variance belongs: "
+                "sqrt(var + eps), with var = mean((x - mean)²), not sqrt(std + eps).",
+                _LayerNormStdForVar,
+            ),
+            Mistake(
+                "the square root is missing: divide by sqrt(var + eps), the standard deviation, "
+                "not by var + eps.",
+                _LayerNormNoSqrt,
+            ),
+        ],
+    )
+)
+
+
+def _layer_norm_cases(thorough: bool) -> list[Case]:
+    def case(shape, eps=None, scale=1.0, shift=0.0, label=""):
+        def make(g):
+            x = torch.randn(*shape, generator=g, dtype=torch.float64) * scale + shift
+            return {"x": x}
+
+        init = {"d_model": shape[-1]} | ({} if eps is None else {"eps": eps})
+        text = f"LayerNorm({shape[-1]}" + ("" if eps is None else f", eps={eps:g}") + ")"
+        return Case(f"{text} on x {tuple(shape)}" + (f", {label}" if label else ""), make, init)
+
+    cases = [case((2, 3, 8)), case((3, 4, 6), eps=0.1, scale=0.5, label="eps = 0.1")]
+    if thorough:
+        cases += [
+            case((4, 5, 16), eps=1e-3, scale=0.05, label="small inputs, eps = 1e-3"),
+            case((2, 7, 32), shift=100.0, label="large values with an offset (mean 100, std 1)"),
+            case((5, 4), label="(B, d_model), no sequence axis"),
+            case((2, 2, 3, 5), label="two leading axes"),
+            case((1, 1, 4), label="one position"),
+            case((3, 2, 512), label="d_model = 512"),
+            case((2, 3, 1), label="d_model = 1 (every input equals its mean)"),
+        ]
+    return cases
+
+
+def LayerNorm(student_cls, thorough: bool = False) -> bool:
+    """Check a LayerNorm class: LayerNorm(d_model, eps=1e-5) with `weight`, `bias`; forward(x)."""
+    return _run(
+        _LAYER_NORM_EX, student_cls, _layer_norm_cases(thorough), ("output",), thorough, "module"
+    )
+
+
+# ==============================================================================================
+# FeedForward: w_2(relu(w_1(x))).
+
+
+class _FFNNoActivation(_add_norm.FeedForward):
+    def forward(self, x):
+        return self.w_2(self.w_1(x))
+
+
+class _FFNActivationTwice(_add_norm.FeedForward):
+    def forward(self, x):
+        return torch.relu(self.w_2(torch.relu(self.w_1(x))))
+
+
+class _FFNSwapped(_add_norm.FeedForward):
+    def forward(self, x):
+        return self.w_1(torch.relu(self.w_2(x)))
+
+
+class _FFNGelu(_add_norm.FeedForward):
+    def forward(self, x):
+        return self.w_2(F.gelu(self.w_1(x)))
+
+
+class _FFNResidual(_add_norm.FeedForward):
+    def forward(self, x):
+        return x + self.w_2(torch.relu(self.w_1(x)))
+
+
+_FFN_EX = _register(
+    Exercise(
+        name="FeedForward",
+        lesson="05",
+        module="add_norm",
+        reference=_add_norm.FeedForward,
+        forbidden=(
+            "transformer_lab.add_norm.FeedForward",
+            "transformer_lab.FeedForward",
+            "torch.nn.TransformerEncoderLayer",
+        ),
+        mistakes=[
+            Mistake(
+                "there is no activation between w_1 and w_2, so the two layers collapse into one "
+                "linear map: FFN(x) = w_2(relu(w_1(x))).",
+                _FFNNoActivation,
+            ),
+            Mistake(
+                "the ReLU is applied after w_2 as well: the FFN's output is w_2(...) itself, "
+                "negative values included.",
+                _FFNActivationTwice,
+            ),
+            Mistake(
+                "w_1 and w_2 are used in the wrong order: w_1 (d_model -> d_ff) comes first, "
+                "w_2 (d_ff -> d_model) last.",
+                _FFNSwapped,
+            ),
+            Mistake(
+                "the activation is GELU: this exercise's FeedForward uses ReLU, as the 2017 paper.",
+                _FFNGelu,
+            ),
+            Mistake(
+                "the FFN adds its input (x + ...): the residual connection belongs to the encoder "
+                "block, not to FeedForward.",
+                _FFNResidual,
+            ),
+        ],
+    )
+)
+
+
+def _ffn_cases(thorough: bool) -> list[Case]:
+    def case(shape, d_ff, label=""):
+        def make(g):
+            return {"x": torch.randn(*shape, generator=g, dtype=torch.float64)}
+
+        init = {"d_model": shape[-1], "d_ff": d_ff}
+        text = f"FeedForward({shape[-1]}, {d_ff}) on x {tuple(shape)}"
+        return Case(text + (f", {label}" if label else ""), make, init)
+
+    # d_ff == d_model first: there a w_1/w_2 mix-up still runs, so the check can name it.
+    cases = [case((2, 3, 8), 8), case((2, 5, 6), 24)]
+    if thorough:
+        cases += [
+            case((4, 6, 16), 16),
+            case((1, 1, 4), 16, "one position"),
+            case((3, 7, 8), 32),
+            case((5, 12), 48, "(B, d_model), no sequence axis"),
+            case((2, 2, 3, 5), 7, "two leading axes, odd sizes"),
+        ]
+    return cases
+
+
+def FeedForward(student_cls, thorough: bool = False) -> bool:
+    """Check a FeedForward class: FeedForward(d_model, d_ff) with w_1, w_2; forward(x)."""
+    return _run(_FFN_EX, student_cls, _ffn_cases(thorough), ("output",), thorough, "module")
+
+
+# ==============================================================================================
+# EncoderBlock: attention and FFN sub-layers, each with a residual connection and a LayerNorm.
+
+
+class _BlockNormSwapped(_add_norm.EncoderBlock):
+    """Pre-norm where post-norm is asked for, and the other way round."""
+
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=mask)
+            return x + self.ffn(self.norm2(x))
+        x = self.norm1(x + self.self_attn(x, mask=mask))
+        return self.norm2(x + self.ffn(x))
+
+
+class _BlockPostNormOnly(_add_norm.EncoderBlock):
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.self_attn(x, mask=mask))
+        return self.norm2(x + self.ffn(x))
+
+
+class _BlockNoFFNResidual(_add_norm.EncoderBlock):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=mask)
+            return self.ffn(self.norm2(x))
+        x = self.norm1(x + self.self_attn(x, mask=mask))
+        return self.norm2(self.ffn(x))
+
+
+class _BlockNormedResidual(_add_norm.EncoderBlock):
+    """norm(x) + sublayer(...): the residual path carries the normalised input."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = h + self.self_attn(h, mask=mask)
+            h = self.norm2(x)
+            return h + self.ffn(h)
+        x = self.norm1(x) + self.self_attn(x, mask=mask)
+        return self.norm2(x) + self.ffn(x)
+
+
+class _BlockIgnoresMask(_add_norm.EncoderBlock):
+    def forward(self, x, mask=None):
+        return super().forward(x, mask=None)
+
+
+class _BlockSharedNorm(_add_norm.EncoderBlock):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=mask)
+            return x + self.ffn(self.norm1(x))
+        x = self.norm1(x + self.self_attn(x, mask=mask))
+        return self.norm1(x + self.ffn(x))
+
+
+_BLOCK_EX = _register(
+    Exercise(
+        name="EncoderBlock",
+        lesson="05",
+        module="add_norm",
+        reference=_add_norm.EncoderBlock,
+        forbidden=(
+            "transformer_lab.add_norm.EncoderBlock",
+            "transformer_lab.EncoderBlock",
+            "torch.nn.TransformerEncoderLayer",
+            "torch.nn.TransformerEncoder",
+            "torch._transformer_encoder_layer_fwd",
+        ),
+        mistakes=[
+            # norm_first ignored first: on a pre-norm case it equals the swapped mutant.
+            Mistake(
+                "norm_first is ignored: with norm_first=True each sub-layer sees norm(x) and the "
+                "residual adds the sub-layer's output to the un-normalised x.",
+                _BlockPostNormOnly,
+            ),
+            Mistake(
+                "pre-norm and post-norm are swapped: norm_first=False (post-norm) is "
+                "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is x = x + sublayer(norm(x)).",
+                _BlockNormSwapped,
+            ),
+            Mistake(
+                "the residual connection around the FFN is missing: add the FFN's input back, "
+                "x + ffn(...).",
+                _BlockNoFFNResidual,
+            ),
+            Mistake(
+                "the residual adds norm(x) instead of x: the skip path must carry x itself "
+                "(post-norm: norm(x + sublayer(x)); pre-norm: x + sublayer(norm(x))).",
+                _BlockNormedResidual,
+            ),
+            Mistake(
+                "the mask is ignored: pass it on to the attention, self.self_attn(..., mask=mask).",
+                _BlockIgnoresMask,
+            ),
+            Mistake(
+                "norm1 is used for both sub-layers: the FFN's sub-layer has its own norm2.",
+                _BlockSharedNorm,
+            ),
+        ],
+    )
+)
+
+
+def _block_cases(thorough: bool) -> list[Case]:
+    def case(B, L, d_model, n_heads, d_ff, norm_first, mask=None):
+        def make(g):
+            inputs = {"x": torch.randn(B, L, d_model, generator=g, dtype=torch.float64)}
+            if mask == "causal":
+                inputs["mask"] = torch.ones(L, L, dtype=torch.bool).tril()
+            elif mask == "padding":
+                keep = torch.ones(B, L, dtype=torch.bool)
+                keep[0, L // 2 + 1 :] = False  # the first sequence is padded
+                inputs["mask"] = keep[:, None, None, :]
+            return inputs
+
+        init = {"d_model": d_model, "n_heads": n_heads, "d_ff": d_ff, "norm_first": norm_first}
+        label = (
+            f"EncoderBlock({d_model}, {n_heads}, {d_ff}, norm_first={norm_first}) "
+            f"on x {(B, L, d_model)}" + (f", {mask} mask" if mask else "")
+        )
+        return Case(label, make, init)
+
+    cases = [case(2, 5, 8, 2, 16, False, "causal"), case(2, 5, 8, 2, 16, True, "causal")]
+    if thorough:
+        cases += [
+            case(3, 6, 16, 4, 32, False),
+            case(3, 6, 16, 4, 32, True),
+            case(2, 7, 12, 3, 20, False, "padding"),
+            case(2, 7, 12, 3, 20, True, "padding"),
+            case(1, 1, 8, 2, 8, False),
+            case(1, 1, 8, 2, 8, True),
+            case(4, 3, 6, 1, 10, True, "causal"),
+        ]
+    return cases
+
+
+def EncoderBlock(student_cls, thorough: bool = False) -> bool:
+    """Check EncoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False); forward(x, mask)."""
+    return _run(_BLOCK_EX, student_cls, _block_cases(thorough), ("output",), thorough, "module")

@@ -1,0 +1,322 @@
+"""Checks for lesson 06 — masking: `causal_mask`, `padding_mask` and the practice `alpha_22`."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .. import masking as _masking
+from .engine import (
+    CheckFailed,
+    Exercise,
+    ImplementThisYourself,
+    Mistake,
+    _passed,
+    _register,
+    _run_student,
+)
+
+__all__ = ["alpha_22", "causal_mask", "padding_mask"]
+
+# ==============================================================================================
+# Lesson 06 — masking. Masks are exact (bool), so these checks compare exactly: the dtype, the
+# shape and every entry. The catalogue's mutants are matched on all three.
+
+
+def _identical(a, b) -> bool:
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(a, b)
+    )
+
+
+def _describe(expected: torch.Tensor, got) -> str:
+    """One sentence saying how `got` differs from the bool mask `expected`."""
+    if not isinstance(got, torch.Tensor):
+        return f"the result should be a bool tensor but is a {type(got).__name__}"
+    if got.dtype != torch.bool:
+        return (
+            f"the result has dtype {got.dtype} but should have dtype torch.bool (True = may attend)"
+        )
+    if tuple(got.shape) != tuple(expected.shape):
+        return (
+            f"the result has shape {tuple(got.shape)} but should have shape {tuple(expected.shape)}"
+        )
+    where = (got != expected).nonzero()[0].tolist()
+    return (
+        f"the result differs at index {tuple(where)}: got {got[tuple(where)].item()}, "
+        f"expected {expected[tuple(where)].item()} ({int((got != expected).sum())} of "
+        f"{got.numel()} entries differ)"
+    )
+
+
+def _check_cases(ex: Exercise, student_fn, calls: list[tuple[str, dict]]) -> int:
+    """Run every call on the reference, the student's function and, on a failure, the mutants."""
+    for label, kwargs in calls:
+        expected = ex.reference(**kwargs)
+        try:
+            got = _run_student(ex, student_fn, lambda: student_fn(**kwargs))  # noqa: B023
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except Exception as err:
+            raise CheckFailed(f"{ex.name}: {label} raised {type(err).__name__}: {err}") from None
+        if _identical(got, expected):
+            continue
+        hint = ""
+        for mistake in ex.mistakes:
+            try:
+                wrong = mistake.impl(**kwargs)
+            except Exception:
+                continue
+            if _identical(wrong, got) and not _identical(wrong, expected):
+                hint = f"\nLikely mistake: {mistake.sentence}"
+                break
+        raise CheckFailed(f"{ex.name}: {_describe(expected, got)}\n  case: {label}{hint}")
+    return len(calls)
+
+
+def _run_cases(ex: Exercise, student_fn, calls: list[tuple[str, dict]], thorough: bool) -> bool:
+    """Like the engine's _run, for exact (bool) results: refuse the reference, check, report."""
+    if student_fn is None:
+        raise CheckFailed(f"{ex.name}: pass your implementation, e.g. check.{ex.name}({ex.name})")
+    if getattr(student_fn, "_transformer_lab_forbidden", None) or student_fn is ex.reference:
+        raise ImplementThisYourself(
+            f"implement this yourself: check.{ex.name} was given the reference implementation, "
+            "not yours"
+        )
+    start = time.perf_counter()
+    n = _check_cases(ex, student_fn, calls)
+    what = "exact dtype, shape and values"
+    return _passed(ex, student_fn, n, thorough, time.perf_counter() - start, what)
+
+
+# ----------------------------------------------------------------------------------------------
+# causal_mask(n)
+
+
+def _causal_strict(n):
+    return torch.ones(n, n, dtype=torch.bool).tril(-1)
+
+
+def _causal_upper(n):
+    return torch.ones(n, n, dtype=torch.bool).triu()
+
+
+def _causal_float(n):
+    return torch.ones(n, n).tril()
+
+
+def _causal_inverted(n):
+    return ~torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def _causal_additive(n):
+    return torch.full((n, n), float("-inf")).triu(1)
+
+
+_CAUSAL_EX = _register(
+    Exercise(
+        name="causal_mask",
+        lesson="06",
+        module="masking",
+        reference=_masking.causal_mask,
+        forbidden=(
+            "transformer_lab.masking.causal_mask",
+            "transformer_lab.causal_mask",
+            "torch.nn.Transformer.generate_square_subsequent_mask",
+            "torch.nn.modules.transformer._generate_square_subsequent_mask",
+        ),
+        mistakes=[
+            Mistake(
+                "the diagonal is excluded: position i may attend to itself too, so use "
+                "tril() (diagonal=0), not tril(-1).",
+                _causal_strict,
+            ),
+            Mistake(
+                "your mask lets each position see the future (upper triangle): True belongs on "
+                "and *below* the diagonal (tril).",
+                _causal_upper,
+            ),
+            Mistake(
+                "the mask is a float tensor: the course's masks are bool (dtype=torch.bool), "
+                "True = may attend.",
+                _causal_float,
+            ),
+            Mistake(
+                "the mask is inverted: True means 'may attend', so the past and the diagonal "
+                "must be True and the future False.",
+                _causal_inverted,
+            ),
+            Mistake(
+                "you returned an additive float mask (0 / -inf); the contract asks for a bool "
+                "mask, True = may attend.",
+                _causal_additive,
+            ),
+        ],
+    )
+)
+
+
+def causal_mask(student_fn, thorough: bool = False) -> bool:
+    """Check causal_mask(n) -> bool (n, n), True on and below the diagonal."""
+    # n = 1 last: there several mutants agree, so an earlier size names the mistake.
+    sizes = [3, 5, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 0, 1]
+    calls = [(f"causal_mask({n})", {"n": n}) for n in sizes]
+    return _run_cases(_CAUSAL_EX, student_fn, calls, thorough)
+
+
+# ----------------------------------------------------------------------------------------------
+# padding_mask(tokens, pad_id)
+
+
+def _padding_flat(tokens, pad_id):
+    return tokens != pad_id
+
+
+def _padding_query_axis(tokens, pad_id):
+    return (tokens != pad_id)[:, None, :, None]
+
+
+def _padding_inverted(tokens, pad_id):
+    return (tokens == pad_id)[:, None, None, :]
+
+
+def _padding_pad_zero(tokens, pad_id):
+    return (tokens != 0)[:, None, None, :]
+
+
+def _padding_int(tokens, pad_id):
+    return (tokens != pad_id).long()[:, None, None, :]
+
+
+_PADDING_EX = _register(
+    Exercise(
+        name="padding_mask",
+        lesson="06",
+        module="masking",
+        reference=_masking.padding_mask,
+        forbidden=("transformer_lab.masking.padding_mask", "transformer_lab.padding_mask"),
+        mistakes=[
+            Mistake(
+                "the mask has shape (B, L): add two singleton axes, (B, 1, 1, L), so it "
+                "broadcasts over the heads and the queries.",
+                _padding_flat,
+            ),
+            Mistake(
+                "the padding runs along the query axis, (B, 1, L, 1): padding is about *keys*, "
+                "so the L axis must be the last one, (B, 1, 1, L).",
+                _padding_query_axis,
+            ),
+            Mistake(
+                "the mask is inverted: True means 'may attend', so real tokens are True and "
+                "padding is False (tokens != pad_id).",
+                _padding_inverted,
+            ),
+            Mistake(
+                "pad_id is hard-coded to 0: compare with the pad_id argument (BERT's is 0, "
+                "GPT-2's and BART's are not).",
+                _padding_pad_zero,
+            ),
+            Mistake(
+                "the mask holds integers: keep the bool result of the comparison (no .long() / "
+                ".int() / .float()).",
+                _padding_int,
+            ),
+        ],
+    )
+)
+
+
+def _token_batch(seed: int, B: int, L: int, pad_id: int, vocab: int = 12) -> torch.Tensor:
+    """Random ids in [0, vocab) other than pad_id, each row right-padded by a random amount."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, vocab, (B, L), generator=g)
+    tokens[tokens == pad_id] = (pad_id + 1) % vocab
+    for b in range(B):
+        n_pad = int(torch.randint(0, L, (1,), generator=g))
+        if b == 0 and L > 1:
+            n_pad = max(n_pad, 1)  # at least one padded position in every batch
+        if n_pad:
+            tokens[b, L - n_pad :] = pad_id
+    return tokens
+
+
+def padding_mask(student_fn, thorough: bool = False) -> bool:
+    """Check padding_mask(tokens (B, L), pad_id) -> bool (B, 1, 1, L), False at padding."""
+    grid = [(2, 5, 0), (3, 4, 1)]
+    if thorough:
+        grid += [(1, 6, 3), (4, 7, 2), (2, 9, 11), (5, 3, 0), (3, 16, 7), (1, 1, 0)]
+    calls = []
+    for i, (B, L, pad_id) in enumerate(grid):
+        tokens = _token_batch(100 + i, B, L, pad_id)
+        label = (
+            f"padding_mask(tokens {tuple(tokens.shape)}, pad_id={pad_id}), tokens={tokens.tolist()}"
+        )
+        calls.append((label, {"tokens": tokens, "pad_id": pad_id}))
+    return _run_cases(_PADDING_EX, student_fn, calls, thorough)
+
+
+# ----------------------------------------------------------------------------------------------
+# Practice question: α_22 in the lecture's 4 × 4 example (row 2, column 2, counting from 1 as
+# the lecture does). Row 2 of the scores is [1, 1, -1, 0]; the causal mask keeps columns 1 and 2.
+
+SCORES = [
+    [1.0, 0.0, -1.0, -1.0],
+    [1.0, 1.0, -1.0, 0.0],
+    [0.0, 1.0, 1.0, -1.0],
+    [-1.0, -1.0, 2.0, 1.0],
+]
+
+_E = math.e
+_ALPHA_22_MISTAKES = [
+    (
+        0.0,
+        "α_22 is the weight of position 2 on *itself*: the causal mask keeps the diagonal "
+        "(True on and below it), so that weight is not masked to 0.",
+    ),
+    (
+        _E / (2 * _E + 1 / _E + 1),
+        "that is the weight without the mask (or with the future zeroed *after* the softmax): "
+        "the scores of columns 3 and 4 lie in the future, are set to -inf before the softmax "
+        "and drop out of the sum.",
+    ),
+    (
+        1.0,
+        "position 2 sees two keys, columns 1 and 2, with the same score 1: the softmax shares "
+        "the weight between them, it does not give it all to the diagonal.",
+    ),
+]
+
+
+def _alpha_22_expected() -> float:
+    scores = torch.tensor(SCORES, dtype=torch.float64)
+    masked = scores.masked_fill(~_masking.causal_mask(4), float("-inf"))
+    return torch.softmax(masked, dim=-1)[1, 1].item()  # row 2, column 2 counting from 1
+
+
+def alpha_22(value, thorough: bool = False) -> bool:
+    """Check the practice answer α_22 (a number, to within 1e-3)."""
+    if value is ... or value is None:
+        raise CheckFailed("alpha_22: replace the ... with your answer, a number")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise CheckFailed(
+            f"alpha_22: the answer should be a number, got {type(value).__name__}"
+        ) from None
+    if abs(number - _alpha_22_expected()) <= 1e-3:
+        print(f"✓ alpha_22: {number:g} is right")
+        return True
+    hint = ""
+    for wrong, sentence in _ALPHA_22_MISTAKES:
+        if abs(number - wrong) <= 1e-3:
+            hint = f"\nLikely mistake: {sentence}"
+            break
+    raise CheckFailed(
+        f"alpha_22: {number:g} is not the weight α_22 (row 2, column 2, counting from 1){hint}"
+    )

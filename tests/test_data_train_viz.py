@@ -436,3 +436,37 @@ def test_random_affine_augmentation():
     assert 0.0 < (a - same).abs().mean() < 0.3  # a mild change, not a different image
     with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
         data.random_affine(x[0])
+
+
+def test_fit_accepts_an_endless_iterator_without_keeping_its_batches():
+    import gc
+    import weakref
+
+    from transformer_lab import train as train_mod
+
+    refs = []
+
+    def endless():
+        while True:
+            batch = (torch.randn(4, 3), torch.randn(4, 1))
+            refs.append(weakref.ref(batch[0]))
+            yield batch
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1])
+    losses = train_mod.fit(model, endless(), loss_fn, opt, n_steps=20, show_progress=False)
+    gc.collect()
+    assert len(losses) == 20
+    assert sum(r() is not None for r in refs) <= 2  # itertools.cycle would keep all 20
+
+
+def test_fit_says_when_a_finite_iterator_runs_out():
+    from transformer_lab import train as train_mod
+
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = iter([(torch.randn(2, 3), torch.randn(2, 1))] * 3)
+    loss_fn = lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1])
+    with pytest.raises(ValueError, match="ran out"):
+        train_mod.fit(model, batches, loss_fn, opt, n_steps=5, show_progress=False)

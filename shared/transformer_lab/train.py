@@ -10,7 +10,6 @@ evaluate(), accuracy()
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator
@@ -72,12 +71,19 @@ def _to_device(batch, device):
 
 
 def _batch_stream(batches) -> Iterator:
-    """A callable is called once per step (e.g. lambda: get_lm_batch(...)); an iterable is cycled."""
+    """A callable is called once per step (e.g. lambda: get_lm_batch(...)); a list is cycled;
+    an iterator (e.g. train.minibatches(...), which never ends) is consumed as it is."""
     if callable(batches):
         while True:
             yield batches()
-    else:
-        yield from itertools.cycle(batches)
+    elif iter(batches) is batches:  # a generator or iterator: consume it (cycle would copy it)
+        yield from batches
+        raise ValueError("the batch iterator ran out before n_steps: pass a list or a function")
+    else:  # a list or other re-iterable collection: go round again
+        if not batches:
+            raise ValueError("batches is empty")
+        while True:
+            yield from batches
 
 
 def fit(

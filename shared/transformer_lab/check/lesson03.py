@@ -1,0 +1,359 @@
+"""Checks for lesson 03 — multi-head attention: `split_heads`, `merge_heads`, `MultiHeadAttention`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import multihead as _multihead
+from .engine import Case, Exercise, Mistake, _register, _run
+
+__all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
+
+# ==============================================================================================
+# Private copies of the right answers (the references are forbidden while a mutant runs).
+
+
+def _split(x, n_heads):
+    B, L, d_model = x.shape
+    return x.reshape(B, L, n_heads, d_model // n_heads).transpose(1, 2)
+
+
+def _merge(x):
+    B, h, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L, h * d_k)
+
+
+def _sdpa(q, k, v, mask=None, scale=None):
+    s = q @ k.transpose(-2, -1) / math.sqrt(scale or q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v
+
+
+# ----------------------------------------------------------------------------------------------
+# split_heads
+
+
+def _split_no_transpose(x, n_heads):
+    B, L, d_model = x.shape
+    return x.reshape(B, n_heads, L, d_model // n_heads)
+
+
+def _split_interleaved(x, n_heads):
+    B, L, d_model = x.shape
+    return x.reshape(B, L, d_model // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+def _split_transpose_first(x, n_heads):
+    B, L, d_model = x.shape
+    return x.transpose(1, 2).reshape(B, n_heads, L, d_model // n_heads)
+
+
+def _split_no_swap(x, n_heads):
+    B, L, d_model = x.shape
+    return x.reshape(B, L, n_heads, d_model // n_heads)
+
+
+_FORBIDDEN_SPLIT = (
+    "transformer_lab.multihead.split_heads",
+    "transformer_lab.multihead.merge_heads",
+    "transformer_lab.split_heads",
+    "transformer_lab.merge_heads",
+)
+
+_SPLIT_EX = _register(
+    Exercise(
+        name="split_heads",
+        lesson="03",
+        module="multihead",
+        reference=_multihead.split_heads,
+        forbidden=_FORBIDDEN_SPLIT,
+        mistakes=[
+            Mistake(
+                "you reshaped (B, L, d_model) straight to (B, h, L, d_k), which mixes positions "
+                "and features: view as (B, L, h, d_k) first, then transpose(1, 2).",
+                _split_no_transpose,
+            ),
+            Mistake(
+                "head i must own the contiguous features [i·d_k, (i+1)·d_k), but yours takes "
+                "every h-th feature: view as (B, L, h, d_k), not (B, L, d_k, h).",
+                _split_interleaved,
+            ),
+            Mistake(
+                "you transposed (L, d_model) before splitting the features, which mixes positions "
+                "into the heads: split the last axis into (h, d_k) first, then swap L and h.",
+                _split_transpose_first,
+            ),
+            Mistake(
+                "the head axis must come before the positions: after the view to (B, L, h, d_k), "
+                "call transpose(1, 2) to get (B, h, L, d_k).",
+                _split_no_swap,
+            ),
+        ],
+    )
+)
+
+
+def _split_cases(thorough: bool) -> list[Case]:
+    def case(B, L, d_model, n_heads):
+        def make(g):
+            return {
+                "x": torch.randn(B, L, d_model, generator=g, dtype=torch.float64),
+                "n_heads": n_heads,
+            }
+
+        return Case(f"x {(B, L, d_model)}, n_heads={n_heads}", make)
+
+    cases = [case(2, 3, 8, 2), case(1, 4, 6, 3)]
+    if thorough:
+        cases += [
+            case(1, 1, 4, 1),
+            case(2, 5, 5, 5),
+            case(3, 4, 12, 4),
+            case(2, 7, 10, 2),
+            case(2, 1, 16, 4),
+        ]
+    return cases
+
+
+def split_heads(student_fn, thorough: bool = False) -> bool:
+    """Check split_heads(x, n_heads): (B, L, d_model) -> (B, h, L, d_model / h)."""
+    return _run(_SPLIT_EX, student_fn, _split_cases(thorough), ("output",), thorough, "function")
+
+
+# ----------------------------------------------------------------------------------------------
+# merge_heads
+
+
+def _merge_no_transpose(x):
+    B, h, L, d_k = x.shape
+    return x.reshape(B, L, h * d_k)
+
+
+def _merge_interleaved(x):
+    B, h, L, d_k = x.shape
+    return x.permute(0, 2, 3, 1).reshape(B, L, h * d_k)
+
+
+def _merge_no_reshape(x):
+    return x.transpose(1, 2)
+
+
+def _merge_mean(x):
+    return x.mean(1)
+
+
+_MERGE_EX = _register(
+    Exercise(
+        name="merge_heads",
+        lesson="03",
+        module="multihead",
+        reference=_multihead.merge_heads,
+        forbidden=_FORBIDDEN_SPLIT,
+        mistakes=[
+            Mistake(
+                "you reshaped (B, h, L, d_k) straight to (B, L, h·d_k), which mixes heads and "
+                "positions: transpose(1, 2) back to (B, L, h, d_k) before the reshape.",
+                _merge_no_transpose,
+            ),
+            Mistake(
+                "the heads must be concatenated (feature i·d_k + j comes from head i), but yours "
+                "interleaves them: bring the axes to (B, L, h, d_k), not (B, L, d_k, h).",
+                _merge_interleaved,
+            ),
+            Mistake(
+                "after transpose(1, 2) the result is still 4-D: reshape it to (B, L, h·d_k).",
+                _merge_no_reshape,
+            ),
+            Mistake(
+                "the heads are averaged; concatenate them instead (the output has h·d_k features).",
+                _merge_mean,
+            ),
+        ],
+    )
+)
+
+
+def _merge_cases(thorough: bool) -> list[Case]:
+    def case(B, h, L, d_k):
+        def make(g):
+            return {"x": torch.randn(B, h, L, d_k, generator=g, dtype=torch.float64)}
+
+        return Case(f"x {(B, h, L, d_k)}", make)
+
+    cases = [case(2, 2, 3, 4), case(1, 3, 4, 2)]
+    if thorough:
+        cases += [
+            case(1, 1, 1, 4),
+            case(2, 4, 4, 4),
+            case(3, 5, 2, 1),
+            case(2, 2, 7, 8),
+            case(2, 4, 1, 3),
+        ]
+    return cases
+
+
+def merge_heads(student_fn, thorough: bool = False) -> bool:
+    """Check merge_heads(x): (B, h, L, d_k) -> (B, L, h * d_k), the inverse of split_heads."""
+    return _run(_MERGE_EX, student_fn, _merge_cases(thorough), ("output",), thorough, "function")
+
+
+# ----------------------------------------------------------------------------------------------
+# MultiHeadAttention
+
+
+class _MHANoWo(_multihead.MultiHeadAttention):
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(c), h), _split(self.w_v(c), h)
+        return _merge(_sdpa(q, k, v, mask))
+
+
+class _MHAContextIgnored(_multihead.MultiHeadAttention):
+    def forward(self, x, context=None, mask=None):
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(x), h), _split(self.w_v(x), h)
+        return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
+class _MHAScaleDModel(_multihead.MultiHeadAttention):
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(c), h), _split(self.w_v(c), h)
+        return self.w_o(_merge(_sdpa(q, k, v, mask, scale=self.d_model)))
+
+
+class _MHAMergeNoTranspose(_multihead.MultiHeadAttention):
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(c), h), _split(self.w_v(c), h)
+        return self.w_o(_merge_no_transpose(_sdpa(q, k, v, mask)))
+
+
+class _MHAMaskIgnored(_multihead.MultiHeadAttention):
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(c), h), _split(self.w_v(c), h)
+        return self.w_o(_merge(_sdpa(q, k, v, None)))
+
+
+class _MHASingleHead(_multihead.MultiHeadAttention):
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        q, k, v = self.w_q(x), self.w_k(c), self.w_v(c)
+        if mask is not None and mask.dim() == 4:
+            mask = mask[:, 0]
+        return self.w_o(_sdpa(q, k, v, mask))
+
+
+_MHA_EX = _register(
+    Exercise(
+        name="MultiHeadAttention",
+        lesson="03",
+        module="multihead",
+        reference=_multihead.MultiHeadAttention,
+        forbidden=(
+            "torch.nn.functional.scaled_dot_product_attention",
+            "torch._C._nn.scaled_dot_product_attention",
+            "torch.nn.functional.multi_head_attention_forward",
+            "torch.nn.MultiheadAttention",
+            "transformer_lab.attention.fused_attention",
+            "transformer_lab.multihead.MultiHeadAttention",
+            "transformer_lab.MultiHeadAttention",
+        ),
+        mistakes=[
+            Mistake(
+                "the output projection W^O is missing: return self.w_o(merge_heads(...)).",
+                _MHANoWo,
+            ),
+            Mistake(
+                "the keys and values must come from `context` when it is given (cross-attention); "
+                "yours are computed from x.",
+                _MHAContextIgnored,
+            ),
+            Mistake(
+                "each head's scores must be divided by √d_k with d_k = d_model / h, not by "
+                "√d_model.",
+                _MHAScaleDModel,
+            ),
+            Mistake(
+                "the heads are merged without transposing (B, h, L, d_k) back to (B, L, h, d_k) "
+                "first, so positions and heads get mixed.",
+                _MHAMergeNoTranspose,
+            ),
+            Mistake(
+                "the mask argument is ignored: pass it on to the attention, where it broadcasts "
+                "over the head axis.",
+                _MHAMaskIgnored,
+            ),
+            Mistake(
+                "the projections are never split into heads: one big head of size d_model is not "
+                "h heads of size d_k (use split_heads on Q, K and V).",
+                _MHASingleHead,
+            ),
+        ],
+    )
+)
+
+
+def _mha_cases(thorough: bool) -> list[Case]:
+    def case(B, L_q, d_model, n_heads, L_k=None, mask=None, bias=True, label=""):
+        def make(g):
+            inputs = {"x": torch.randn(B, L_q, d_model, generator=g, dtype=torch.float64)}
+            if L_k is not None:
+                inputs["context"] = torch.randn(B, L_k, d_model, generator=g, dtype=torch.float64)
+            if mask is not None:
+                inputs["mask"] = mask(g)
+            return inputs
+
+        init = {"d_model": d_model, "n_heads": n_heads, "bias": bias}
+        text = f"MultiHeadAttention({d_model}, {n_heads}, bias={bias}) on x {(B, L_q, d_model)}"
+        if L_k is not None:
+            text += f", context {(B, L_k, d_model)}"
+        return Case(text + (f", {label}" if label else ""), make, init)
+
+    def causal(L):
+        return lambda g: torch.ones(L, L, dtype=torch.bool).tril()
+
+    def padding(B, L_k):
+        def make(g):
+            m = torch.rand(B, 1, 1, L_k, generator=g) < 0.6
+            m[..., 0] = True
+            return m
+
+        return make
+
+    def random(shape):
+        def make(g):
+            m = torch.rand(shape, generator=g) < 0.6
+            m[..., 0] = True
+            return m
+
+        return make
+
+    cases = [
+        case(2, 4, 8, 2),
+        case(2, 3, 8, 2, L_k=5, label="cross-attention"),
+    ]
+    if thorough:
+        cases += [
+            case(2, 5, 8, 2, mask=causal(5), label="causal mask (5, 5)"),
+            case(2, 3, 12, 3, L_k=6, mask=padding(2, 6), label="padding mask (2, 1, 1, 6)"),
+            case(1, 1, 4, 1, label="one head, length 1"),
+            case(3, 5, 12, 4, bias=False),
+            case(2, 6, 16, 8, mask=random((2, 1, 6, 6)), label="mask (2, 1, 6, 6)"),
+            case(2, 4, 6, 6, L_k=3, label="d_k = 1"),
+            case(2, 4, 8, 4, mask=random((2, 4, 4, 4)), label="a different mask per head"),
+        ]
+    return cases
+
+
+def MultiHeadAttention(student_cls, thorough: bool = False) -> bool:
+    """Check MultiHeadAttention(d_model, n_heads, bias=True), forward(x, context=None, mask=None)."""
+    return _run(_MHA_EX, student_cls, _mha_cases(thorough), ("output",), thorough, "module")

@@ -1,0 +1,298 @@
+"""Checks for lesson 04 — positional encoding: `sinusoidal_positional_encoding`, `rotary_embedding`."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .. import positional as _positional
+from .engine import (
+    Case,
+    CheckFailed,
+    Exercise,
+    ImplementThisYourself,
+    Mistake,
+    _compare_tensor,
+    _diagnose,
+    _passed,
+    _register,
+    _run,
+    _run_student,
+)
+
+__all__ = ["rotary_embedding", "sinusoidal_positional_encoding"]
+
+# ==============================================================================================
+# sinusoidal_positional_encoding(n_positions, d_model)
+
+
+def _table(n, d, freq, swap=False):
+    """Columns 2k = sin(t·freq[k]), 2k+1 = cos(t·freq[k]) (swapped when `swap`), float64."""
+    t = torch.arange(n, dtype=torch.float64)[:, None]
+    angles = t * freq[None, :]
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
+    pe[:, 0::2] = first(angles)[:, : (d + 1) // 2]
+    pe[:, 1::2] = second(angles)[:, : d // 2]
+    return pe.to(torch.get_default_dtype())
+
+
+def _pairs(d):
+    return torch.arange(0, d, 2, dtype=torch.float64)  # 2k
+
+
+def _pe_swapped(n_positions, d_model):
+    return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d_model), swap=True)
+
+
+def _pe_k_over_d(n_positions, d_model):
+    return _table(n_positions, d_model, 10000.0 ** (-(_pairs(d_model) / 2) / d_model))
+
+
+def _pe_base_1000(n_positions, d_model):
+    return _table(n_positions, d_model, 1000.0 ** (-_pairs(d_model) / d_model))
+
+
+def _pe_growing(n_positions, d_model):
+    return _table(n_positions, d_model, 10000.0 ** (_pairs(d_model) / d_model))
+
+
+def _pe_per_column(n_positions, d_model):
+    t = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    j = torch.arange(d_model, dtype=torch.float64)
+    angles = t * 10000.0 ** (-j / d_model)
+    pe = torch.where(j.long() % 2 == 0, torch.sin(angles), torch.cos(angles))
+    return pe.to(torch.get_default_dtype())
+
+
+def _pe_odd_rounded_up(n_positions, d_model):
+    d = d_model + d_model % 2
+    return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d))
+
+
+_SINUSOIDAL_EX = _register(
+    Exercise(
+        name="sinusoidal_positional_encoding",
+        lesson="04",
+        module="positional",
+        reference=_positional.sinusoidal_positional_encoding,
+        forbidden=(
+            "transformer_lab.positional.sinusoidal_positional_encoding",
+            "transformer_lab.positional.SinusoidalPositionalEncoding",
+            "transformer_lab.positional._frequencies",
+            "transformer_lab.sinusoidal_positional_encoding",
+            "transformer_lab.SinusoidalPositionalEncoding",
+        ),
+        mistakes=[
+            Mistake(
+                "sin and cos are swapped: even columns 2k hold sin(t·ω_k), odd columns 2k+1 hold "
+                "cos(t·ω_k).",
+                _pe_swapped,
+            ),
+            Mistake(
+                "the exponent is k/d_model; it must be 2k/d_model (ω_k = 10000^(−2k/d_model) for "
+                "the pair of columns 2k, 2k+1).",
+                _pe_k_over_d,
+            ),
+            Mistake("the base is 1000; the paper uses 10000.", _pe_base_1000),
+            Mistake(
+                "your frequencies grow with k: ω_k = 10000^(−2k/d_model) = 1 / 10000^(2k/d_model) "
+                "(mind the minus sign).",
+                _pe_growing,
+            ),
+            Mistake(
+                "the two columns of a pair must share one frequency: column 2k+1 uses ω_k, the "
+                "same as column 2k, not a frequency of its own.",
+                _pe_per_column,
+            ),
+            Mistake(
+                "odd d_model is mishandled: keep d_model itself in ω_k = 10000^(−2k/d_model) and "
+                "let the last sin column have no cos partner.",
+                _pe_odd_rounded_up,
+            ),
+        ],
+    )
+)
+
+
+def _sinusoidal_cases(thorough: bool) -> list[Case]:
+    def case(n, d):
+        return Case(f"n_positions={n}, d_model={d}", lambda g: (n, d))
+
+    cases = [case(8, 6), case(5, 4)]
+    if thorough:
+        cases += [case(1, 2), case(64, 32), case(10, 7), case(3, 1), case(50, 128), case(33, 10)]
+    return cases
+
+
+def _check_sinusoidal(ex: Exercise, student_fn, thorough: bool) -> int:
+    dtype, device = torch.float32, torch.device("cpu")  # tolerance: float32's
+    n = 0
+    for case in _sinusoidal_cases(thorough):
+        args = case.make(None)  # (n_positions, d_model), passed by position
+        expected = ex.reference(*args).double()
+        try:
+            got = _run_student(ex, student_fn, lambda: student_fn(*args))  # noqa: B023
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except Exception as err:
+            raise CheckFailed(
+                f"{ex.name}: your function raised {type(err).__name__}: {err}\n  case: {case.label}"
+            ) from None
+        problem = None
+        if not isinstance(got, torch.Tensor):
+            problem = f"the table should be a tensor but is a {type(got).__name__}"
+        elif not got.is_floating_point():
+            problem = f"the table should be floating point but has dtype {got.dtype}"
+        else:
+            problem = _compare_tensor(expected, got.double(), "the table", dtype, device)
+        if problem:
+            hint = ""
+            if isinstance(got, torch.Tensor):
+                hint = _diagnose(
+                    ex,
+                    lambda impl, args=args: impl(*args),
+                    expected,
+                    got.double(),
+                    dtype,
+                    device,  # noqa: B023
+                )
+            raise CheckFailed(f"{ex.name}: {problem}\n  case: {case.label}{hint}") from None
+        n += 1
+    return n
+
+
+def sinusoidal_positional_encoding(student_fn, thorough: bool = False) -> bool:
+    """Check sinusoidal_positional_encoding(n_positions, d_model) -> (n_positions, d_model)."""
+    # Like engine._run with a custom driver, but with this exercise's own summary line.
+    ex = _SINUSOIDAL_EX
+    if student_fn is None:
+        raise CheckFailed(f"{ex.name}: pass your implementation, e.g. check.{ex.name}({ex.name})")
+    if getattr(student_fn, "_transformer_lab_forbidden", None) or student_fn is ex.reference:
+        raise ImplementThisYourself(
+            f"implement this yourself: check.{ex.name} was given the reference implementation, "
+            "not yours"
+        )
+    start = time.perf_counter()
+    n = _check_sinusoidal(ex, student_fn, thorough)
+    what = "every table entry, even and odd d_model, float32 tolerance"
+    return _passed(ex, student_fn, n, thorough, time.perf_counter() - start, what)
+
+
+# ==============================================================================================
+# rotary_embedding(x, positions=None)
+
+
+def _rope_angles(x, positions, exponent_scale=1.0):
+    L, d = x.shape[-2], x.shape[-1]
+    t = torch.arange(L) if positions is None else positions
+    two_k = torch.arange(0, d, 2, dtype=torch.float64)
+    freq = 10000.0 ** (-two_k * exponent_scale / d)
+    angles = t.to(torch.float64)[:, None] * freq[None, :]
+    return torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+
+
+def _rotate_pairs(x, cos, sin):
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), -1).flatten(-2)
+
+
+def _rope_negative(x, positions=None):
+    cos, sin = _rope_angles(x, positions)
+    return _rotate_pairs(x, cos, -sin)
+
+
+def _rope_rotate_half(x, positions=None):
+    cos, sin = _rope_angles(x, positions)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1)
+
+
+def _rope_k_over_d(x, positions=None):
+    cos, sin = _rope_angles(x, positions, exponent_scale=0.5)
+    return _rotate_pairs(x, cos, sin)
+
+
+def _rope_per_feature(x, positions=None):
+    L, d = x.shape[-2], x.shape[-1]
+    t = torch.arange(L) if positions is None else positions
+    j = torch.arange(d, dtype=torch.float64)
+    angles = t.to(torch.float64)[:, None] * 10000.0 ** (-j / d)[None, :]  # (L, d)
+    rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
+    return x * torch.cos(angles).to(x.dtype) + rotated * torch.sin(angles).to(x.dtype)
+
+
+def _rope_positions_ignored(x, positions=None):
+    cos, sin = _rope_angles(x, None)
+    return _rotate_pairs(x, cos, sin)
+
+
+_ROTARY_EX = _register(
+    Exercise(
+        name="rotary_embedding",
+        lesson="04",
+        module="positional",
+        reference=_positional.rotary_embedding,
+        forbidden=(
+            "transformer_lab.positional.rotary_embedding",
+            "transformer_lab.positional._frequencies",
+            "transformer_lab.rotary_embedding",
+        ),
+        mistakes=[
+            Mistake(
+                "you rotate by −angle: the pair (x_2k, x_2k+1) becomes "
+                "(x_2k cos θ − x_2k+1 sin θ, x_2k sin θ + x_2k+1 cos θ) with θ = t·ω_k.",
+                _rope_negative,
+            ),
+            Mistake(
+                "rotate-half layout: you pair feature k with feature k + d/2; this exercise pairs "
+                "neighbours (2k, 2k+1) (x[..., 0::2] with x[..., 1::2]).",
+                _rope_rotate_half,
+            ),
+            Mistake(
+                "the exponent is k/d; pair k turns at ω_k = 10000^(−2k/d).",
+                _rope_k_over_d,
+            ),
+            Mistake(
+                "the frequencies must be one per pair: both features 2k and 2k+1 turn by the "
+                "same angle t·ω_k; yours gives every feature its own frequency.",
+                _rope_per_feature,
+            ),
+            Mistake(
+                "the `positions` argument is ignored: use it (and 0 .. L−1 only when it is None).",
+                _rope_positions_ignored,
+            ),
+        ],
+    )
+)
+
+
+def _rotary_cases(thorough: bool) -> list[Case]:
+    def case(shape, positions=None, scale=1.0):
+        def make(g):
+            inputs = {"x": torch.randn(*shape, generator=g, dtype=torch.float64) * scale}
+            if positions is not None:
+                inputs["positions"] = torch.tensor(positions, dtype=torch.long)
+            return inputs
+
+        label = f"x {shape}" + (f", positions {positions}" if positions is not None else "")
+        return Case(label, make)
+
+    cases = [case((1, 4, 8)), case((2, 5, 6), positions=[3, 0, 7, 1, 2])]
+    if thorough:
+        cases += [
+            case((2, 3, 6, 8)),
+            case((1, 1, 2)),
+            case((5, 4)),
+            case((2, 16, 64)),
+            case((2, 2, 6, 10), positions=list(range(20, 26))),
+            case((3, 7, 4), scale=50.0),
+        ]
+    return cases
+
+
+def rotary_embedding(student_fn, thorough: bool = False) -> bool:
+    """Check rotary_embedding(x, positions=None): rotate pairs (2k, 2k+1) of x by t·ω_k."""
+    return _run(_ROTARY_EX, student_fn, _rotary_cases(thorough), ("output",), thorough, "function")

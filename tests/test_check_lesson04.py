@@ -1,0 +1,216 @@
+"""Lesson 04 checks: sinusoidal_positional_encoding and rotary_embedding.
+
+Correct implementations written the way a student would pass; wrong ones beyond the catalogue
+fail; the references are refused. Also the property the lesson demonstrates: self-attention
+without positions is permutation-equivariant, and RoPE makes q·k depend on the offset only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import transformer_lab
+from transformer_lab import check, positional
+from transformer_lab.check.engine import CheckFailed, ImplementThisYourself
+
+
+@pytest.fixture(autouse=True)
+def _student_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+
+
+def good_pe(n_positions, d_model):
+    """Written in float32 with a loop over pairs, as a student might."""
+    pe = torch.zeros(n_positions, d_model)
+    t = torch.arange(n_positions, dtype=torch.float32)
+    for i in range(0, d_model, 2):
+        omega = 1.0 / 10000 ** (i / d_model)
+        pe[:, i] = torch.sin(t * omega)
+        if i + 1 < d_model:
+            pe[:, i + 1] = torch.cos(t * omega)
+    return pe
+
+
+def good_pe_log(n_positions, d_model):
+    """The exp/log form of the annotated-transformer style, float64."""
+    position = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    div = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model)
+    )
+    pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(position * div)
+    pe[:, 1::2] = torch.cos(position * div)[:, : d_model // 2]
+    return pe
+
+
+def good_rope(x, positions=None):
+    L, d = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(L, device=x.device)
+    omega = 10000.0 ** (-torch.arange(0, d, 2, device=x.device, dtype=x.dtype) / d)
+    theta = positions.to(x.dtype)[:, None] * omega  # (L, d/2)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out
+
+
+def good_rope_complex(x, positions=None):
+    """The complex-number form (LLaMA style): also correct."""
+    L, d = x.shape[-2], x.shape[-1]
+    t = torch.arange(L) if positions is None else positions
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    rot = torch.polar(torch.ones(L, d // 2, dtype=torch.float64), t.double()[:, None] * omega)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
+
+
+@pytest.mark.parametrize("thorough", [False, True])
+def test_correct_implementations_pass(thorough):
+    assert check.sinusoidal_positional_encoding(good_pe, thorough=thorough)
+    assert check.sinusoidal_positional_encoding(good_pe_log, thorough=thorough)
+    assert check.rotary_embedding(good_rope, thorough=thorough)
+    assert check.rotary_embedding(good_rope_complex, thorough=thorough)
+
+
+# ---------------------------------------------------------------------------------------------
+# Wrong implementations beyond the catalogue.
+
+
+def pe_odd_crashes(n_positions, d_model):
+    pe = torch.zeros(n_positions, d_model)
+    t = torch.arange(n_positions)[:, None].float()
+    omega = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)
+    pe[:, 0::2] = torch.sin(t * omega)
+    pe[:, 1::2] = torch.cos(t * omega)  # shape error for odd d_model
+    return pe
+
+
+def pe_starts_at_one(n_positions, d_model):
+    return good_pe(n_positions + 1, d_model)[1:]
+
+
+def pe_integer(n_positions, d_model):
+    return good_pe(n_positions, d_model).round().long()
+
+
+def rope_detached(x, positions=None):
+    return good_rope(x.detach(), positions)
+
+
+def rope_positions_from_one(x, positions=None):
+    if positions is None:
+        positions = torch.arange(1, x.shape[-2] + 1)
+    return good_rope(x, positions)
+
+
+def test_pe_wrong_variants_fail():
+    with pytest.raises(CheckFailed, match="raised RuntimeError"):
+        check.sinusoidal_positional_encoding(pe_odd_crashes, thorough=True)
+    assert check.sinusoidal_positional_encoding(pe_odd_crashes)  # the visible cases are even
+    with pytest.raises(CheckFailed, match="differs"):
+        check.sinusoidal_positional_encoding(pe_starts_at_one)
+    with pytest.raises(CheckFailed, match="floating point"):
+        check.sinusoidal_positional_encoding(pe_integer)
+
+
+def test_rope_wrong_variants_fail():
+    with pytest.raises(CheckFailed, match="gradient"):
+        check.rotary_embedding(rope_detached)
+    with pytest.raises(CheckFailed, match="differs"):
+        check.rotary_embedding(rope_positions_from_one)
+
+
+def test_catalogue_sentences_reach_the_student():
+    def rotate_half(x, positions=None):
+        d = x.shape[-1]
+        perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+        inverse = torch.argsort(perm)
+        return good_rope(x[..., inverse], positions)[..., perm]
+
+    with pytest.raises(CheckFailed, match="rotate-half layout"):
+        check.rotary_embedding(rotate_half)
+
+    def backwards(x, positions=None):
+        t = torch.arange(x.shape[-2]) if positions is None else positions
+        return good_rope(x, -t)
+
+    def swapped(n_positions, d_model):
+        return good_pe(n_positions, d_model + 1)[:, 1:]  # cos first... and off by one column
+
+    with pytest.raises(CheckFailed, match="−angle"):
+        check.rotary_embedding(backwards)
+    with pytest.raises(CheckFailed, match="base is 1000"):
+        check.sinusoidal_positional_encoding(
+            lambda n, d: check.EXERCISES["sinusoidal_positional_encoding"].mistakes[2].impl(n, d)
+        )
+    with pytest.raises(CheckFailed):
+        check.sinusoidal_positional_encoding(swapped)
+
+
+def test_references_are_refused():
+    with pytest.raises(ImplementThisYourself):
+        check.sinusoidal_positional_encoding(positional.sinusoidal_positional_encoding)
+    with pytest.raises(ImplementThisYourself):
+        check.sinusoidal_positional_encoding(
+            lambda n_positions, d_model: positional.sinusoidal_positional_encoding(
+                n_positions, d_model
+            )
+        )
+    with pytest.raises(ImplementThisYourself):
+        check.rotary_embedding(lambda x, positions=None: positional.rotary_embedding(x, positions))
+    if hasattr(transformer_lab, "rotary_embedding"):
+        with pytest.raises(ImplementThisYourself):
+            check.rotary_embedding(
+                lambda x, positions=None: transformer_lab.rotary_embedding(x, positions)
+            )
+    # and everything is restored afterwards
+    assert positional.rotary_embedding(torch.zeros(1, 2, 4)).shape == (1, 2, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# The properties the notebook demonstrates.
+
+
+def _self_attention(x):
+    s = x @ x.transpose(-2, -1) / math.sqrt(x.shape[-1])
+    return torch.softmax(s, -1) @ x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_without_positions_is_permutation_equivariant(dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 8, generator=g, dtype=dtype)
+    perm = torch.randperm(6, generator=g)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    assert torch.allclose(_self_attention(x[perm]), _self_attention(x)[perm], atol=tol)
+    # with positions added, it is not (the mutant: positions that break the symmetry)
+    pe = good_pe(6, 8).to(dtype)
+    gap = (_self_attention(x[perm] + pe) - _self_attention(x + pe)[perm]).abs().max()
+    assert gap > 1e-2
+
+
+def test_rope_scores_depend_on_offset_only():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(16, generator=g, dtype=torch.float64)
+    k = torch.randn(16, generator=g, dtype=torch.float64)
+
+    def score(s, t, rope=good_rope):
+        qs = rope(q.expand(1, 16), torch.tensor([s]))[0]
+        kt = rope(k.expand(1, 16), torch.tensor([t]))[0]
+        return (qs @ kt).item()
+
+    assert score(5, 2) == pytest.approx(score(13, 10), abs=1e-10)
+
+    def broken(x, positions=None):  # per-feature frequencies: not a rotation any more
+        from transformer_lab.check.lesson04 import _rope_per_feature
+
+        return _rope_per_feature(x, positions)
+
+    assert abs(score(5, 2, broken) - score(13, 10, broken)) > 1e-3

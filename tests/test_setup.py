@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -27,6 +28,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _get(url: str, proc: subprocess.Popen, seen: list[str], wait_s: float = 60) -> bytes:
+    """GET url, retrying while the server is still starting (it logs its URL before it listens)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                assert r.status == 200
+                return r.read()
+        except urllib.error.URLError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("make lab is not serving:\n" + "".join(seen[-20:])) from None
+            time.sleep(0.5)
 
 
 @pytest.mark.slow
@@ -52,11 +67,10 @@ def test_make_lab_serves_the_course_map():
                 url, token = m.group(1), m.group(2)
         assert url, "make lab printed no URL:\n" + "".join(seen[-20:])
         assert "/lab/tree/lectures/00_start_here.ipynb" in url
-        with urllib.request.urlopen(url, timeout=30) as r:
-            assert r.status == 200 and b"JupyterLab" in r.read()
+        page = _get(url, proc, seen)
+        assert b"JupyterLab" in page
         api = f"http://127.0.0.1:{port}/api/contents/lectures/00_start_here.ipynb?token={token}"
-        with urllib.request.urlopen(api, timeout=30) as r:
-            model = json.load(r)
+        model = json.loads(_get(api, proc, seen))
         assert model["type"] == "notebook" and model["content"]["cells"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -45,13 +45,13 @@ lab: $(STAMP)
 # --dist loadfile keeps each file's expensive fixtures (e.g. one autograde run) on one worker.
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check shared tests benchmarks autograder
+	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check shared tests benchmarks autograder
+	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
 
 format: $(STAMP)
 	$(PY) -m ruff format shared tests benchmarks autograder

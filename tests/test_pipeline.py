@@ -197,3 +197,10 @@ def test_solution_notebook_runs_for_a_student_and_saves_their_package(
         saved = (package / f"{ex.module}.py").read_text()
         assert "### BEGIN SOLUTION" not in saved
         assert re.search(rf"^(def|class) {ex.name}\b", saved, flags=re.M), (ex.name, ex.module)
+
+
+def test_cli_rejects_an_unknown_lesson_or_missing_notebook_with_a_message(tmp_path):
+    with pytest.raises(SystemExit, match="no lesson named '99_nope'"):
+        cli.submit(REPO, "99_nope", [tmp_path / "x.ipynb"])
+    with pytest.raises(SystemExit, match="no such notebook"):
+        cli.submit(REPO, "02_qkv_attention", [tmp_path / "x.ipynb"])

@@ -99,6 +99,10 @@ def repair(submission: Path, released: Path) -> int:
 
 def submit(root: Path, assignment: str, notebooks: list[Path], student: str = "student") -> Path:
     """Place notebooks as `student`'s submission, restoring stripped nbgrader metadata."""
+    _require_lesson(root, assignment)
+    missing = [str(p) for p in notebooks if not Path(p).is_file()]
+    if missing:
+        raise SystemExit(f"no such notebook: {', '.join(missing)}")
     target = root / "autograder" / "work" / "submitted" / student / assignment
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
@@ -111,8 +115,40 @@ def submit(root: Path, assignment: str, notebooks: list[Path], student: str = "s
     return target
 
 
+def _require_lesson(root: Path, assignment: str) -> str:
+    lessons = assignments(root)
+    if assignment not in lessons:
+        raise SystemExit(
+            f"no lesson named {assignment!r} in solutions/ (lessons: {', '.join(lessons)})"
+        )
+    return assignment
+
+
+def _gradebook_assignments(root: Path) -> set[str]:
+    from nbgrader.api import Gradebook
+
+    db = root / "autograder" / "work" / "gradebook.db"
+    if not db.exists():
+        return set()
+    with Gradebook(f"sqlite:///{db}") as gb:
+        return {a.name for a in gb.assignments}
+
+
 def autograde(root: Path, assignment: str = "*", student: str = "*") -> None:
-    """Autograde every submission matching the assignment and student globs (one nbgrader run)."""
+    """Autograde every submission matching the assignment and student globs (one nbgrader run).
+
+    A lesson the gradebook does not know yet (a fresh checkout) is generated first, so that its
+    test cells and points are registered.
+    """
+    lessons = assignments(root)
+    if assignment != "*" and assignment not in lessons:
+        raise SystemExit(
+            f"no lesson named {assignment!r} in solutions/ (lessons: {', '.join(lessons)})"
+        )
+    wanted = lessons if assignment == "*" else [assignment]
+    unknown = [name for name in wanted if name not in _gradebook_assignments(root)]
+    if unknown:
+        generate(root, unknown, quiet=True)
     args = ["autograde", assignment, "--create", "--force"]
     if student != "*":
         args += ["--student", student]

@@ -376,6 +376,27 @@ def _run_student(ex: Exercise, student_obj, call: Callable):
         return call()
 
 
+def _compare_run(
+    ex, case, dtype, device, names, expected, got, run_mistake, i, ref_leaves, stu_leaves, no_grad
+) -> None:
+    """Outputs first (naming a catalogued mistake if one matches), then every gradient."""
+    problem = _compare_outputs(expected, got, names, dtype, device)
+    if problem:
+        hint = _diagnose(ex, run_mistake, expected, got, dtype, device)
+        _fail(ex, case, dtype, device, problem, hint)
+    cot = _cotangents(expected, seed=7 + i)
+    ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
+    stu_grads = _backward(_as_tuple(got), cot, [v for _, v in stu_leaves])
+    for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
+        if rg is None:
+            continue
+        if sg is None:
+            _fail(ex, case, dtype, device, no_grad.format(key=key))
+        problem = _compare_tensor(rg, sg, f"the gradient with respect to `{key}`", dtype, device)
+        if problem:
+            _fail(ex, case, dtype, device, problem)
+
+
 def _check_function(ex, student_fn, cases, names, thorough, grad_names=None) -> int:
     n = 0
     for device, dtype in _settings(thorough):
@@ -395,39 +416,25 @@ def _check_function(ex, student_fn, cases, names, thorough, grad_names=None) -> 
             def run_mistake(impl, base=base):
                 return impl(**_move(base, dtype, device, False))  # noqa: B023
 
-            problem = _compare_outputs(expected, got, names, dtype, device)
-            if problem:
-                _fail(
-                    ex,
-                    case,
-                    dtype,
-                    device,
-                    problem,
-                    _diagnose(ex, run_mistake, expected, got, dtype, device),
-                )
-            # gradients with respect to every floating input
-            got = _as_tuple(got)
-            cot = _cotangents(expected, seed=7 + i)
             ref_leaves, stu_leaves = _grad_leaves(ref_in), _grad_leaves(stu_in)
-            ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
-            stu_grads = _backward(got, cot, [v for _, v in stu_leaves])
-            for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
-                if rg is None:
-                    continue
-                if sg is None:
-                    _fail(
-                        ex,
-                        case,
-                        dtype,
-                        device,
-                        f"no gradient flows back to `{key}`: your output is cut off from the "
-                        "autograd graph (.detach(), .item(), numpy or a new torch.tensor(...))",
-                    )
-                problem = _compare_tensor(
-                    rg, sg, f"the gradient with respect to `{key}`", dtype, device
-                )
-                if problem:
-                    _fail(ex, case, dtype, device, problem)
+            no_grad = (
+                "no gradient flows back to `{key}`: your output is cut off from the autograd graph "
+                "(.detach(), .item(), numpy or a new torch.tensor(...))"
+            )
+            _compare_run(
+                ex,
+                case,
+                dtype,
+                device,
+                names,
+                expected,
+                got,
+                run_mistake,
+                i,
+                ref_leaves,
+                stu_leaves,
+                no_grad,
+            )
             n += 1
     return n
 
@@ -507,41 +514,26 @@ def _check_module(ex, student_cls, cases, names, thorough) -> int:
                 wrong.to(device=device, dtype=dtype).eval()  # noqa: B023
                 return wrong(**_move(base, dtype, device, False))  # noqa: B023
 
-            problem = _compare_outputs(expected, got, names, dtype, device)
-            if problem:
-                _fail(
-                    ex,
-                    case,
-                    dtype,
-                    device,
-                    problem,
-                    _diagnose(ex, run_mistake, expected, got, dtype, device),
-                )
-            got = _as_tuple(got)
-            cot = _cotangents(expected, seed=7 + i)
-            ref_leaves = _grad_leaves(ref_in) + list(reference.named_parameters())
             stu_params = dict(student.named_parameters())
+            ref_leaves = _grad_leaves(ref_in) + list(reference.named_parameters())
             stu_leaves = _grad_leaves(stu_in) + [
                 (k, stu_params[k]) for k, _ in reference.named_parameters()
             ]
-            ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
-            stu_grads = _backward(got, cot, [v for _, v in stu_leaves])
-            for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
-                if rg is None:
-                    continue
-                if sg is None:
-                    _fail(
-                        ex,
-                        case,
-                        dtype,
-                        device,
-                        f"no gradient reaches `{key}` (is it used in forward?)",
-                    )
-                problem = _compare_tensor(
-                    rg, sg, f"the gradient with respect to `{key}`", dtype, device
-                )
-                if problem:
-                    _fail(ex, case, dtype, device, problem)
+            no_grad = "no gradient reaches `{key}` (is it used in forward?)"
+            _compare_run(
+                ex,
+                case,
+                dtype,
+                device,
+                names,
+                expected,
+                got,
+                run_mistake,
+                i,
+                ref_leaves,
+                stu_leaves,
+                no_grad,
+            )
             n += 1
     return n
 

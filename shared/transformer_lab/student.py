@@ -24,8 +24,11 @@ import linecache
 import os
 import sys
 import textwrap
+import threading
 import types
 from pathlib import Path
+
+from torch import nn
 
 PACKAGE = "transformer_lab_student"
 MANIFEST = "progress.json"
@@ -271,12 +274,21 @@ def _load_student(name: str, module: str):
 
 
 def use(name: str, quiet: bool = False):
-    """The student's passing implementation of `name`, else the reference; prints which."""
+    """The student's passing implementation of `name`, else the reference; prints which.
+
+    A model or block the student did not write themselves (``"GPT"``, ``"Transformer"``, or an
+    ``EncoderBlock`` whose check has not passed yet) comes back built from the student's own
+    parts where they passed (see `built_from_yours`).
+    """
     reference = _reference(name)
     entry = _manifest().get(name)
     if _grading():
         why = "grading mode: earlier lessons are graded with the reference"
     elif entry is None:
+        if isinstance(reference, type) and issubclass(reference, nn.Module):
+            built = built_from_yours(reference, quiet=quiet)
+            if built is not reference:
+                return built
         why = "yours has not passed its check yet"
     else:
         try:
@@ -318,3 +330,236 @@ def reset() -> None:
     import shutil
 
     shutil.rmtree(_package_dir(), ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Models built from the student's parts.
+#
+# The reference models construct their parts by name: GPT's blocks call `MultiHeadAttention(...)`,
+# `LayerNorm(...)` and `FeedForward(...)`, names imported into the reference modules. While a model
+# from `built_from_yours` is being constructed, those names point to the student's passing classes
+# instead, so every block is made of the student's code; `from_hf` builds through the same
+# constructor, which is how the student's own parts reproduce Hugging Face's logits.
+#
+# The student's classes follow the API contract, which has fewer options than the reference
+# (no `activation` for FeedForward, no `dropout` or KV `cache` for MultiHeadAttention). A part is
+# used when it can do what the model asks: an option at its default is dropped; an option the
+# student's class lacks but the model needs (GPT's FeedForward needs activation="gelu_tanh") falls
+# back to the reference for that part, and says so once.
+
+
+class PartDoesNotFit(TypeError):
+    """The student's class cannot do what the model asks of this part."""
+
+
+_BUILD_LOCK = threading.RLock()
+_TOLD: set[str] = set()
+_OPTIONAL = {"dropout"}  # options a part may lack: it then runs without (a regulariser only)
+
+
+def _tell(message: str) -> None:
+    """Print a message once per session."""
+    if message not in _TOLD:
+        _TOLD.add(message)
+        print(message)
+
+
+def _yours(name: str) -> type | None:
+    """The student's passing class `name`, or None."""
+    entry = _manifest().get(name)
+    if entry is None or _grading():
+        return None
+    try:
+        mine = _load_student(name, entry["module"])
+    except Exception:  # a broken saved file: use() reports it; here the reference stays
+        return None
+    return mine if isinstance(mine, type) and issubclass(mine, nn.Module) else None
+
+
+def _fitted(name: str, mine: type, reference: type) -> type:
+    """A subclass of the student's class that takes the arguments the reference's callers pass."""
+    ref_sig = inspect.signature(reference)
+    my_init = inspect.signature(mine)
+    my_forward = inspect.signature(mine.forward).parameters
+
+    class Fitted(mine):
+        def __init__(self, *args, **kwargs):
+            bound = ref_sig.bind(*args, **kwargs)
+            accepted = {}
+            for key, value in bound.arguments.items():
+                if key in my_init.parameters:
+                    accepted[key] = value
+                elif key in _OPTIONAL and value != ref_sig.parameters[key].default:
+                    _tell(f"  {name}: yours has no `{key}` argument; it runs without {key}")
+                elif key not in _OPTIONAL and value != ref_sig.parameters[key].default:
+                    raise PartDoesNotFit(
+                        f"your {name} has no `{key}` argument and this model needs {key}={value!r}"
+                    )
+            super().__init__(**accepted)
+
+        def forward(self, *args, need_weights: bool = False, **kwargs):
+            for key in [k for k in kwargs if k not in my_forward]:
+                if kwargs[key] is not None:
+                    raise PartDoesNotFit(f"your {name}.forward has no `{key}` argument")
+                del kwargs[key]
+            out = super().forward(*args, **kwargs)
+            if need_weights or getattr(self, "explicit", False):
+                # for plots (the reference's `explicit` / `last_weights` convention): the weights
+                # softmax(QKᵀ/√d_k) of your own projections, recomputed
+                weights = _attention_weights(self, *args, **kwargs)
+                self.last_weights = weights.detach()
+                return (out, weights) if need_weights else out
+            return out
+
+    Fitted._fitted = True
+    reference_forward = inspect.signature(reference.forward).parameters
+    if "need_weights" in reference_forward and not hasattr(mine, "explicit"):
+        Fitted.explicit = False  # the reference's switch for recording attention weights
+    Fitted.__name__ = Fitted.__qualname__ = mine.__name__
+    Fitted.__module__ = mine.__module__
+    if "cache" in reference_forward:
+        Fitted.supports_cache = "cache" in my_forward
+    return Fitted
+
+
+def _attention_weights(layer, x, context=None, mask=None):
+    """softmax(QKᵀ/√d_k) from the layer's own w_q and w_k, (B, h, L_q, L_k)."""
+    from .attention import scaled_dot_product_attention
+    from .multihead import split_heads
+
+    if not all(hasattr(layer, a) for a in ("w_q", "w_k", "n_heads")):
+        raise PartDoesNotFit(
+            f"{type(layer).__name__} has no w_q, w_k and n_heads, so its attention weights "
+            "cannot be recomputed for the plot"
+        )
+    context = x if context is None else context
+    q = split_heads(layer.w_q(x), layer.n_heads)
+    k = split_heads(layer.w_k(context), layer.n_heads)
+    return scaled_dot_product_attention(q, k, k, mask)[1]
+
+
+def _part_factory(name: str, mine: type, reference: type):
+    fitted = _fitted(name, mine, reference)
+
+    def build(*args, **kwargs):
+        try:
+            return fitted(*args, **kwargs)
+        except PartDoesNotFit as why:
+            _tell(f"  {name}: the reference is used here — {why}")
+            return reference(*args, **kwargs)
+
+    return build
+
+
+def _your_parts(exclude: str = "") -> dict:
+    """{name: (reference class, builder)} for every part class the student has passed."""
+    from . import check
+
+    parts = {}
+    for name, ex in check.EXERCISES.items():
+        if isinstance(ex.reference, type) and name != exclude:
+            mine = _yours(name)
+            if mine is not None:
+                parts[name] = (ex.reference, mine, _part_factory(name, mine, ex.reference))
+    return parts
+
+
+def _reference_modules() -> list[types.ModuleType]:
+    skip = ("transformer_lab.check", __name__)
+    return [
+        m
+        for name, m in list(sys.modules.items())
+        if name.startswith("transformer_lab.") and not name.startswith(skip)
+    ]
+
+
+class your_parts:
+    """Inside ``with your_parts():`` the reference models are built from your passing parts.
+
+    For builders that are functions rather than classes, e.g.
+    ``with student.your_parts(): model = bert.from_hf(hf_model)``. Does nothing in grading mode.
+    """
+
+    def __init__(self, exclude: str = ""):
+        self.parts = {} if _grading() else _your_parts(exclude)
+        self.saved: list = []
+
+    def __enter__(self):
+        _BUILD_LOCK.acquire()
+        for module in _reference_modules():
+            for name, (reference, _, build) in self.parts.items():
+                if vars(module).get(name) is reference:
+                    self.saved.append((module, name, reference))
+                    setattr(module, name, build)
+        return self
+
+    def __exit__(self, *exc):
+        for module, name, reference in self.saved:
+            setattr(module, name, reference)
+        self.saved.clear()
+        _BUILD_LOCK.release()
+        return False
+
+
+def _fit_instances(model: nn.Module, parts: dict) -> None:
+    """Parts that the student's own blocks made (their EncoderBlock builds their attention) get
+    the same fitting as the parts the reference made, e.g. attention weights for plots."""
+    for module in model.modules():
+        cls = type(module)
+        for name, (reference, mine, _) in parts.items():
+            same = (cls.__module__, cls.__name__) == (mine.__module__, mine.__name__)
+            if same and not getattr(cls, "_fitted", False):
+                module.__class__ = _fitted(name, cls, reference)
+
+
+def _modules_building(model: type) -> list[types.ModuleType]:
+    """The reference modules whose names construct `model`: its own module, then, recursively,
+    the modules of the transformer_lab classes those modules use."""
+    found: list[types.ModuleType] = []
+    todo = [sys.modules[model.__module__]]
+    while todo:
+        module = todo.pop()
+        if module in found or module.__name__.startswith(("transformer_lab.check", __name__)):
+            continue
+        found.append(module)
+        for value in vars(module).values():
+            owner = sys.modules.get(getattr(value, "__module__", None) or "")
+            if isinstance(value, type) and owner and owner.__name__.startswith("transformer_lab."):
+                todo.append(owner)
+    return found
+
+
+def built_from_yours(model: type, quiet: bool = False) -> type:
+    """A subclass of the reference `model` whose parts are the student's passing classes.
+
+    Returns `model` itself when none of its parts are the student's (or in grading mode).
+    """
+    modules = _modules_building(model)
+    parts = [
+        name
+        for name, (reference, _, _) in your_parts(exclude=model.__name__).parts.items()
+        if any(vars(m).get(name) is reference for m in modules)
+    ]
+    if not parts:
+        return model
+    if not quiet:
+        print(f"{model.__name__}: uses YOUR {', '.join(parts)} where they fit (else the reference)")
+
+    def __init__(self, *args, **kwargs):
+        with your_parts(exclude=model.__name__) as swapped:
+            model.__init__(self, *args, **kwargs)
+        _fit_instances(self, swapped.parts)
+        attention = [m for m in self.modules() if hasattr(type(m), "supports_cache")]
+        self.supports_cache = all(type(m).supports_cache for m in attention)
+
+    namespace = {"__init__": __init__, "__module__": model.__module__, "__doc__": model.__doc__}
+    if "use_cache" in inspect.signature(getattr(model, "generate", len)).parameters:
+
+        def generate(self, *args, use_cache: bool = True, **kwargs):
+            if use_cache and not self.supports_cache:
+                _tell("  generate: your MultiHeadAttention has no KV cache; recomputing")
+                use_cache = False
+            return model.generate(self, *args, use_cache=use_cache, **kwargs)
+
+        namespace["generate"] = generate
+    return type(model.__name__, (model,), namespace)

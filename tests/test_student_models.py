@@ -1,0 +1,349 @@
+"""The model families run on the student's own parts (student.use / student.your_parts).
+
+A student's MultiHeadAttention, LayerNorm, FeedForward, EncoderBlock and DecoderBlock that passed
+their checks are saved into their package; `student.use("GPT")` (likewise Transformer, BERT,
+BART, ViT) then builds the reference model from them. The proof that the student's code really
+runs: with copied Hugging Face weights their model reproduces Hugging Face's logits, and the same
+model with one saved part broken does not.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lab
+from transformer_lab import bart, bert, check, student
+from transformer_lab.encoder_decoder import Transformer
+from transformer_lab.gpt import GPT
+from transformer_lab.vit import ViT
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(autouse=True)
+def _student_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+    student._TOLD.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# What a student writes in lessons 03 and 05 (the API contract's signatures: fewer options than
+# the reference — no dropout or cache in attention, ReLU only in the FFN).
+
+
+class MyAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        B, L, d = x.shape
+        h = self.n_heads
+
+        def heads(t):
+            return t.view(B, t.shape[1], h, d // h).transpose(1, 2)
+
+        q, k, v = heads(self.w_q(x)), heads(self.w_k(context)), heads(self.w_v(context))
+        scores = q @ k.transpose(-2, -1) / (d // h) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        return self.w_o(out.transpose(1, 2).reshape(B, L, d))
+
+
+class MyLayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+class MyFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.w_2(F.relu(self.w_1(x)))
+
+
+def _pass_parts(capsys):
+    check.MultiHeadAttention(MyAttention)
+    check.LayerNorm(MyLayerNorm)
+    check.FeedForward(MyFeedForward)
+    out = capsys.readouterr().out
+    assert out.count("saved into your package") == 3, out
+
+
+def _break_saved_layer_norm():
+    """Simulate a wrong LayerNorm in the package (unbiased variance) behind the check's back."""
+    path = student._package_dir() / "add_norm.py"
+    text = path.read_text()
+    broken = text.replace("((x - mu) ** 2).mean(-1, keepdim=True)", "x.var(-1, keepdim=True)")
+    assert broken != text
+    path.write_text(broken)
+    for name in [m for m in list(__import__("sys").modules) if m.startswith("transformer_lab_st")]:
+        del __import__("sys").modules[name]
+
+
+def _randomise(model: nn.Module, seed: int = 0) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.2 * torch.randn(p.shape, generator=g)
+            p.copy_(1 + noise if p.dim() == 1 and name.endswith("weight") else noise)
+    return model.eval()
+
+
+def _gpt2():
+    config = transformers.GPT2Config(
+        vocab_size=40,
+        n_positions=16,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    return _randomise(transformers.GPT2LMHeadModel(config))
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_without_passed_parts_the_reference_class_comes_back(capsys):
+    assert student.use("GPT") is GPT
+    assert student.built_from_yours(Transformer) is Transformer
+
+
+def test_gpt_is_built_from_the_students_parts(capsys):
+    _pass_parts(capsys)
+    MyGPT = student.use("GPT")
+    out = capsys.readouterr().out
+    assert "uses YOUR" in out and "MultiHeadAttention" in out and "LayerNorm" in out
+    assert issubclass(MyGPT, GPT) and MyGPT is not GPT
+    model = MyGPT(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=2)
+    block = model.blocks[0]
+    assert type(block.self_attn).__module__ == "transformer_lab_student.multihead"
+    assert type(block.norm1).__module__ == "transformer_lab_student.add_norm"
+    assert type(model.ln_f).__module__ == "transformer_lab_student.add_norm"
+    # GPT needs a GELU feed-forward; the student's has ReLU only, so that part stays the reference
+    assert type(block.ffn) is transformer_lab.add_norm.FeedForward
+    assert "FeedForward: the reference is used here" in capsys.readouterr().out
+    # the reference classes are untouched afterwards
+    assert type(GPT(20, 8, 16, 2, 1).blocks[0].self_attn) is transformer_lab.MultiHeadAttention
+
+
+def test_students_gpt_reproduces_hugging_face_logits(capsys):
+    _pass_parts(capsys)
+    hf = _gpt2()
+    mine = student.use("GPT").from_hf(hf)
+    assert type(mine.blocks[1].self_attn).__module__ == "transformer_lab_student.multihead"
+    idx = torch.randint(0, 40, (3, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(mine(idx), hf(idx).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_broken_saved_part_breaks_the_parity(capsys):
+    """Mutant: the parity above holds only because the student's (correct) code runs."""
+    _pass_parts(capsys)
+    _break_saved_layer_norm()
+    hf = _gpt2()
+    mine = student.use("GPT").from_hf(hf)
+    idx = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (mine(idx) - hf(idx).logits).abs().max() > 1e-3
+
+
+def test_generation_without_a_kv_cache_in_the_students_attention(capsys):
+    _pass_parts(capsys)
+    hf = _gpt2()
+    mine, ref = student.use("GPT").from_hf(hf), GPT.from_hf(hf)
+    assert not mine.supports_cache
+    prompt = torch.tensor([[1, 2, 3]])
+    got = mine.generate(prompt, 10, temperature=0.0)
+    assert "no KV cache; recomputing" in capsys.readouterr().out
+    assert torch.equal(got, ref.generate(prompt, 10, temperature=0.0))
+
+
+# Lessons 05 and 07 build blocks from the names of the earlier parts, as the notebooks do.
+MultiHeadAttention, LayerNorm, FeedForward = MyAttention, MyLayerNorm, MyFeedForward
+
+
+class MyEncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.drop(self.self_attn(self.norm1(x), mask=mask))
+            return x + self.drop(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.drop(self.self_attn(x, mask=mask)))
+        return self.norm2(x + self.drop(self.ffn(x)))
+
+
+class MyDecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = (LayerNorm(d_model) for _ in range(3))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.drop(self.self_attn(self.norm1(x), mask=self_mask))
+            x = x + self.drop(self.cross_attn(self.norm2(x), context=memory, mask=memory_mask))
+            return x + self.drop(self.ffn(self.norm3(x)))
+        x = self.norm1(x + self.drop(self.self_attn(x, mask=self_mask)))
+        x = self.norm2(x + self.drop(self.cross_attn(x, context=memory, mask=memory_mask)))
+        return self.norm3(x + self.drop(self.ffn(x)))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_runs_on_the_students_blocks(capsys, norm_first):
+    _pass_parts(capsys)
+    check.EncoderBlock(MyEncoderBlock)
+    check.DecoderBlock(MyDecoderBlock)
+    MyTransformer = student.use("Transformer")
+    assert "EncoderBlock" in capsys.readouterr().out
+    kw = dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.1, norm_first=norm_first)
+    mine, ref = MyTransformer(11, 13, **kw), Transformer(11, 13, **kw)
+    assert type(mine.encoder[0]).__module__ == "transformer_lab_student.add_norm"
+    assert type(mine.decoder[1]).__module__ == "transformer_lab_student.encoder_decoder"
+    assert type(mine.decoder[1].cross_attn).__module__ == "transformer_lab_student.multihead"
+    _randomise(ref)
+    mine.load_state_dict(ref.state_dict())
+    mine.eval()
+    src = torch.randint(1, 11, (2, 7), generator=torch.Generator().manual_seed(6))
+    src[1, 5:] = 0  # padding
+    tgt = torch.randint(1, 13, (2, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        torch.testing.assert_close(mine(src, tgt), ref(src, tgt), atol=1e-5, rtol=1e-5)
+        weights = mine.cross_attention_weights(src, tgt)
+        torch.testing.assert_close(weights, ref.cross_attention_weights(src, tgt))
+
+
+def test_bert_and_bart_parity_on_the_students_parts(capsys):
+    _pass_parts(capsys)
+    config = transformers.BertConfig(
+        vocab_size=30,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    hf = _randomise(transformers.BertModel(config))
+    with student.your_parts():
+        mine = bert.from_hf(hf)
+    assert "transformer_lab_student.multihead" in {type(m).__module__ for m in mine.modules()}
+    ids = torch.randint(0, 30, (2, 11), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = hf(ids).last_hidden_state
+        got = mine(ids, attention_mask=torch.ones_like(ids))
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+    config = transformers.BartConfig(
+        vocab_size=30,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=20,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    hf = _randomise(transformers.BartForConditionalGeneration(config))
+    with student.your_parts():
+        mine = bart.from_hf(hf)
+    kinds = {type(m).__module__ for m in mine.modules()}
+    assert "transformer_lab_student.multihead" in kinds
+    src = torch.randint(3, 30, (2, 9), generator=torch.Generator().manual_seed(3))
+    tgt = torch.randint(3, 30, (2, 7), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        expected = hf(input_ids=src, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(mine(src, tgt), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_vit_parity_and_attention_maps_on_the_students_parts(capsys):
+    _pass_parts(capsys)
+    config = transformers.ViTConfig(
+        image_size=16,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=5,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    hf = _randomise(transformers.ViTForImageClassification(config))
+    mine, ref = student.use("ViT").from_hf(hf), ViT.from_hf(hf)
+    assert type(mine.blocks[0].self_attn).__module__ == "transformer_lab_student.multihead"
+    images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        torch.testing.assert_close(mine(images), hf(images).logits, atol=1e-5, rtol=1e-5)
+        # attention maps for plots come from the student's own projections
+        torch.testing.assert_close(mine.attention_weights(images), ref.attention_weights(images))
+
+
+def test_grading_mode_builds_nothing_from_the_students_parts(capsys, monkeypatch):
+    _pass_parts(capsys)
+    monkeypatch.setenv("TRANSFORMER_LAB_GRADING", "1")
+    assert student.use("GPT") is GPT
+    with student.your_parts() as parts:
+        assert parts.parts == {}
+
+
+def test_a_part_without_dropout_is_used_without_it(capsys):
+    """Attention dropout is a regulariser: the student's attention runs without it (and says so);
+    an option that changes the function (GELU instead of ReLU) makes that part the reference."""
+    _pass_parts(capsys)
+    MyBERT = student.use("BERT")
+    model = MyBERT(30, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_position=8, dropout=0.1)
+    kinds = {type(m).__module__ for m in model.modules()}
+    assert "transformer_lab_student.multihead" in kinds
+    out = capsys.readouterr().out
+    assert "MultiHeadAttention: yours has no `dropout` argument; it runs without dropout" in out
+    assert "FeedForward: the reference is used here" in out

@@ -653,3 +653,62 @@ class WordPieceTokenizer:
             else:
                 words.append(token)
         return " ".join(words)
+
+
+# --------------------------------------------------------------------------------------------
+# The two steps of lesson 09's exercises as plain functions
+# --------------------------------------------------------------------------------------------
+
+
+def wordpiece_tokenize(
+    word: str, vocab, unk_token: str = "[UNK]", max_chars_per_word: int = 100
+) -> list[str]:
+    """One word -> its WordPiece pieces, greedy longest-match-first (what BERT's tokenizer does).
+
+    Starting at the left, take the longest prefix of the rest of the word that is in `vocab`;
+    every piece after the first is looked up with a "##" prefix ("playing" -> "play", "##ing").
+    If some position has no piece at all, or the word is longer than `max_chars_per_word`, the
+    whole word becomes [`unk_token`].
+
+    Args:
+        word: one word, already lower-cased and split off from punctuation (no spaces).
+        vocab: the pieces, any container that supports `in` (a set, or a str -> id dict).
+    """
+    if not isinstance(word, str):
+        raise TypeError(f"word must be a str, got {type(word).__name__}")
+    if len(word) > max_chars_per_word:
+        return [unk_token]
+    pieces, start = [], 0
+    while start < len(word):
+        end = len(word)
+        while end > start:  # the longest piece in the vocabulary that starts at `start`
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if piece in vocab:
+                break
+            end -= 1
+        if end == start:
+            return [unk_token]  # some part of the word has no piece at all
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+def mean_pool(
+    hidden: torch.Tensor, attention_mask: torch.Tensor, normalize: bool = True
+) -> torch.Tensor:
+    """Sentence embeddings: the mean of the hidden vectors over the real (non-padding) tokens.
+
+    hidden (B, L, d), attention_mask (B, L) with 1/True at real tokens and 0/False at padding
+    -> (B, d); with `normalize`, each row is scaled to unit L2 norm (all-MiniLM-L6-v2's recipe,
+    so that a dot product of two embeddings is their cosine similarity).
+    """
+    require_ndim("hidden", hidden, 3, "(B, L, d)")
+    require_tensor("attention_mask", attention_mask)
+    if tuple(attention_mask.shape) != tuple(hidden.shape[:2]):
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)} but hidden is "
+            f"{tuple(hidden.shape)}: it must be (B, L) = {tuple(hidden.shape[:2])}"
+        )
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1), 1 at real tokens
+    mean = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)  # (B, d)
+    return F.normalize(mean, p=2, dim=-1) if normalize else mean

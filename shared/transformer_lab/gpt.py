@@ -474,3 +474,36 @@ def finetune_loss(
     L2 = F.cross_entropy(cls_logits, labels)
     L1 = lm_loss(lm_logits, lm_targets)
     return L2 + lam * L1
+
+
+# -- the sampling distribution (lesson 08's exercise) -------------------------------------------
+
+
+def next_token_probs(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None
+) -> torch.Tensor:
+    """The distribution `sample_next` draws from: logits (B, V) -> probabilities (B, V).
+
+    softmax(logits / T) after keeping only the top_k largest logits of each row (ties with the
+    k-th largest are kept; the others are set to -inf, so they get probability exactly 0 and the
+    kept ones are renormalised). T = 0 or top_k = 1 is greedy decoding: a one-hot row at the
+    argmax. top_k of V or more keeps everything. The result has the logits' dtype.
+    """
+    require_ndim("logits", logits, 2, "(B, V)")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if temperature == 0 or top_k == 1:
+        greedy = F.one_hot(logits.argmax(dim=-1), logits.shape[-1])
+        return greedy.to(logits.dtype)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
+    work = torch.promote_types(logits.dtype, torch.float32)  # half logits: softmax in float32
+    return torch.softmax(logits.to(work), dim=-1).to(logits.dtype)

@@ -263,3 +263,60 @@ def _hf_key(key: str) -> str:
     for old, new in _HF_RENAMES:
         key = key.replace(old, new)
     return key
+
+
+# ---------------------------------------------------------------------------------------------
+# The parts of ViT as stand-alone pieces (lesson 11's exercises check against these).
+# ---------------------------------------------------------------------------------------------
+
+
+class ViTEmbedding(nn.Module):
+    """The ViT input: z_0 = [x_cls; x_1 E; ...; x_N E] + E_pos, the same computation as `ViT.embed`.
+
+    ViTEmbedding(image_size, patch_size, n_channels, d_model)
+        patch_embed: nn.Linear(C·p·p, d_model)        E (and its bias)
+        cls_token:   parameter (1, 1, d_model)       x_cls, shared by every image
+        pos_embed:   parameter (1, N + 1, d_model)   E_pos, row 0 belongs to [CLS]
+    (the names and shapes of ViT's, so a ViT's state_dict entries load into it)
+
+    forward(images (B, C, H, W)) -> z_0 (B, N + 1, d_model), [CLS] first.
+    """
+
+    def __init__(self, image_size, patch_size: int, n_channels: int, d_model: int):
+        super().__init__()
+        H, W = _pair(image_size)
+        if H % patch_size or W % patch_size:
+            raise ValueError(f"image_size ({H}, {W}) must be divisible by patch_size={patch_size}")
+        self.image_size, self.patch_size, self.n_channels = (H, W), patch_size, n_channels
+        self.n_patches = (H // patch_size) * (W // patch_size)
+        self.patch_embed = nn.Linear(n_channels * patch_size * patch_size, d_model)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.n_patches + 1, d_model))
+        nn.init.trunc_normal_(self.patch_embed.weight, std=0.02)
+        nn.init.zeros_(self.patch_embed.bias)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(patchify(images, self.patch_size))  # (B, N, d_model)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, d_model)
+        return torch.cat([cls, x], dim=1) + self.pos_embed  # (B, N + 1, d_model)
+
+
+def cls_attention_map(weights: torch.Tensor, grid) -> torch.Tensor:
+    """How much [CLS] attends to each patch, averaged over heads, laid out on the patch grid.
+
+    weights: one layer's attention weights (B, h, N + 1, N + 1), token 0 = [CLS], rows = queries
+    grid:    (rows, cols) of patches (an int means square), rows·cols = N
+    returns  (B, rows, cols): row 0 of each head (the [CLS] query) without its [CLS] column,
+             mean over the h heads, patch i at (i // cols, i % cols) (row-major, as `patchify`)
+    """
+    require_ndim("weights", weights, 4, "(B, h, N + 1, N + 1)")
+    rows, cols = _pair(grid)
+    n = rows * cols
+    if weights.shape[-2:] != (n + 1, n + 1):
+        raise ValueError(
+            f"weights of shape {tuple(weights.shape)} do not fit a {rows}x{cols} patch grid "
+            f"plus [CLS]: expected (B, h, {n + 1}, {n + 1})"
+        )
+    return weights[:, :, 0, 1:].mean(dim=1).reshape(weights.shape[0], rows, cols)

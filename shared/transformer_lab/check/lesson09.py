@@ -1,0 +1,865 @@
+"""Checks for lesson 09 — BERT: `bert_mask_tokens`, `wordpiece_tokenize`, `mean_pool`.
+
+`bert_mask_tokens` is random and its contract does not fix the order of the random draws, so its
+output cannot be compared with the reference's token for token. Its check tests what the
+contract does fix, on tens of thousands of tokens:
+
+- exact properties: shapes, dtype, device; the caller's `tokens` untouched; labels are the
+  original token or -100; special ids never chosen; positions not chosen unchanged; every id in
+  [0, vocab_size); the same seed gives the same corruption, another seed another one;
+- statistics: the chosen fraction is p, and of the chosen 80% are [MASK], 10% a random token and
+  10% unchanged (a random draw lands on [MASK] or on the original token with probability 1/V
+  each, which the expected shares include); the random tokens are uniform on [0, vocab_size).
+
+Each proportion must lie within Z_SIGMAS = 6.5 binomial standard deviations of its expectation;
+the mean of the random ids within a Hoeffding bound of confidence 1 - 1e-9; two seeds must give
+two corruptions (identical ones have probability (p² + (1-p)²)^N, N >= 2000 eligible positions).
+tests/test_check_lesson09.py computes the exact binomial tails: a correct implementation fails
+the thorough check (on up to three devices) with probability below 1e-6. The mistakes that only
+statistics can catch miss their statistic by more than 20 standard deviations.
+
+A catalogued mistake is named by its *profile*: the fractions above (chosen, [MASK], unchanged,
+labels that are not the original, changed positions that were not chosen, chosen specials) and
+the flags (in place, reproducible). The student's profile is compared with each mistake's
+profile on the same tokens; fractions agree when within 6 standard deviations of each other.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from .. import bert as _bert
+from .engine import (
+    Case,
+    CheckFailed,
+    Exercise,
+    ImplementThisYourself,
+    Mistake,
+    _register,
+    _run,
+    available_devices,
+    forbid,
+)
+
+__all__ = ["bert_mask_tokens", "mean_pool", "wordpiece_tokenize"]
+
+IGNORE = -100
+Z_SIGMAS = 6.5  # pass/fail tolerance of each statistic, in standard deviations
+MIN_FOR_STATISTICS = 2000  # fewer eligible positions: exact properties only
+HOEFFDING_DELTA = 1e-9  # false-failure bound of the random-id mean test
+Z_MATCH = 6.0  # two profiles "agree" on a fraction within this many standard deviations
+
+# ==============================================================================================
+# Exercise 1 — bert_mask_tokens(tokens, mask_id, vocab_size, p=0.15, generator=None,
+#                               special_ids=None) -> (inputs, labels)
+
+
+def _draws(tokens, vocab_size, generator):
+    """Two uniforms and one random id per position, drawn like the reference (on any device)."""
+    device = generator.device if generator is not None else tokens.device
+    u1 = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
+    u2 = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
+    r = torch.randint(
+        0, vocab_size, tokens.shape, generator=generator, device=device, dtype=tokens.dtype
+    ).to(tokens.device)
+    return u1, u2, r
+
+
+def _eligible(tokens, special_ids):
+    if special_ids is None:
+        return torch.ones_like(tokens, dtype=torch.bool)
+    special = torch.as_tensor(list(special_ids), dtype=tokens.dtype, device=tokens.device)
+    return ~torch.isin(tokens, special)
+
+
+def _corrupt(tokens, mask_id, chosen, to_mask, to_random, random_ids):
+    inputs = tokens.clone()
+    inputs[to_mask] = mask_id
+    inputs[to_random] = random_ids[to_random]
+    return inputs, torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))
+
+
+def _ref_mask(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """The reference's algorithm, for building the mistakes (the reference itself is switched
+    off while a student's function runs, and the mistakes run then too)."""
+    u1, u2, r = _draws(tokens, vocab_size, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
+
+
+def _mask_all_masked(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    u1, _, _ = _draws(tokens, vocab_size, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    inputs = tokens.masked_fill(chosen, mask_id)
+    return inputs, torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))
+
+
+def _mask_labels_everywhere(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    inputs, _ = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs, tokens.clone()
+
+
+def _mask_labels_are_inputs(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    inputs, labels = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs, torch.where(labels != IGNORE, inputs, labels)
+
+
+def _mask_10_10_80(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    u1, u2, r = _draws(tokens, vocab_size, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    return _corrupt(tokens, mask_id, chosen, chosen & (u2 < 0.1), chosen & (u2 >= 0.9), r)
+
+
+def _mask_p_on_the_80(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Splits every position 80/10/10 first and applies p to the [MASK] group only."""
+    u1, u2, _ = _draws(tokens, vocab_size, generator)
+    chosen = (u2 < 0.8) & (u1 < p) & _eligible(tokens, special_ids)
+    inputs = tokens.masked_fill(chosen, mask_id)
+    return inputs, torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))
+
+
+def _mask_specials_chosen(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    return _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids=None)
+
+
+def _mask_generator_ignored(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    return _ref_mask(tokens, mask_id, vocab_size, p, None, special_ids)
+
+
+def _mask_in_place(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    inputs, labels = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    tokens.copy_(inputs)
+    return tokens, labels
+
+
+def _mask_split_everywhere(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """The 80/10/10 replacement is applied to every (non-special) position, chosen or not."""
+    u1, u2, r = _draws(tokens, vocab_size, generator)
+    eligible = _eligible(tokens, special_ids)
+    chosen = (u1 < p) & eligible
+    to_mask = chosen & (u2 < 0.8)
+    to_random = eligible & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
+
+
+def _mask_p_ignored(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    return _ref_mask(tokens, mask_id, vocab_size, 0.15, generator, special_ids)
+
+
+_MASK_EX = _register(
+    Exercise(
+        name="bert_mask_tokens",
+        lesson="09",
+        module="bert",
+        reference=_bert.bert_mask_tokens,
+        forbidden=(
+            "transformer_lab.bert.bert_mask_tokens",
+            "transformer_lab.bert_mask_tokens",
+            "transformer_lab.bart.bert_mask_tokens",
+        ),
+        mistakes=[
+            Mistake(
+                "every chosen position becomes [MASK]: only 80% of them should; 10% get a random "
+                "token and 10% keep their own.",
+                _mask_all_masked,
+            ),
+            Mistake(
+                "labels are set at every position: put the original token at the chosen positions "
+                "only and -100 everywhere else, so that the loss ignores the rest.",
+                _mask_labels_everywhere,
+            ),
+            Mistake(
+                "the labels hold the corrupted inputs: they must hold the original tokens (what "
+                "the model has to recover), e.g. torch.where(chosen, tokens, -100).",
+                _mask_labels_are_inputs,
+            ),
+            Mistake(
+                "the split is the wrong way round (10% [MASK], 10% random, 80% unchanged): of the "
+                "chosen positions 80% become [MASK], 10% a random token, 10% stay unchanged.",
+                _mask_10_10_80,
+            ),
+            Mistake(
+                "p is applied to the [MASK] group instead of to the selection: first choose each "
+                "position with probability p, then split the chosen ones 80/10/10.",
+                _mask_p_on_the_80,
+            ),
+            Mistake(
+                "special tokens were chosen: a position holding an id in special_ids ([CLS], "
+                "[SEP], [PAD], ...) must never be chosen.",
+                _mask_specials_chosen,
+            ),
+            Mistake(
+                "the generator is ignored: pass generator=generator to every torch.rand / "
+                "torch.randint call, so that the same seed gives the same corruption.",
+                _mask_generator_ignored,
+            ),
+            Mistake(
+                "tokens was changed in place: work on a copy (inputs = tokens.clone()) and leave "
+                "the caller's tensor alone.",
+                _mask_in_place,
+            ),
+            Mistake(
+                "the 80/10/10 replacement is applied to positions that were not chosen too: a "
+                "position that is not chosen keeps its token.",
+                _mask_split_everywhere,
+            ),
+            Mistake(
+                "p is ignored: choose each position with probability p (the argument), not always "
+                "0.15.",
+                _mask_p_ignored,
+            ),
+        ],
+    )
+)
+
+# The cases: shape, vocabulary size, [MASK] id, special ids (None: every position may be chosen),
+# p (None: use the default 0.15), token dtype, whether a generator is passed.
+_VISIBLE_MASK_SPECS = [
+    dict(shape=(256, 320), V=1000, mask_id=3, specials=(0, 1, 2, 3), p=None),
+    dict(shape=(64, 512), V=50, mask_id=49, specials=None, p=0.3),
+]
+_THOROUGH_MASK_SPECS = [
+    dict(shape=(40, 1000), V=30522, mask_id=103, specials=(0, 100, 101, 102, 103), p=0.15),
+    dict(shape=(16, 32, 128), V=7, mask_id=0, specials=(0, 1), p=0.5),
+    dict(shape=(50_000,), V=200, mask_id=4, specials=None, p=0.05),
+    dict(shape=(64, 256), V=500, mask_id=2, specials=(0, 1, 2), p=0.15, dtype=torch.int32),
+    dict(shape=(8, 64), V=100, mask_id=3, specials=(0, 1, 2, 3), p=0.0),
+    dict(shape=(8, 64), V=100, mask_id=3, specials=(0, 1, 2, 3), p=1.0),
+    dict(shape=(1, 1), V=10, mask_id=3, specials=None, p=0.15),
+    dict(shape=(4, 50), V=100, mask_id=3, specials=(0, 1, 2, 3), p=0.15, no_generator=True),
+]
+
+
+def mask_specs(thorough: bool) -> list[dict]:
+    """The cases of the bert_mask_tokens check (exported for the tests)."""
+    return _VISIBLE_MASK_SPECS + (_THOROUGH_MASK_SPECS if thorough else [])
+
+
+def make_mask_tokens(spec: dict, seed: int) -> torch.Tensor:
+    """Token ids for a case: never mask_id; with specials, rows look like
+    [CLS] w w ... [SEP] [PAD] ... ([CLS] = specials[1], [SEP] = specials[2], [PAD] = specials[0])."""
+    g = torch.Generator().manual_seed(seed)
+    V, shape, specials = spec["V"], spec["shape"], spec["specials"]
+    excluded = set(specials or ()) | {spec["mask_id"]}
+    allowed = torch.tensor([i for i in range(V) if i not in excluded])
+    tokens = allowed[torch.randint(len(allowed), shape, generator=g)]
+    if specials is not None and len(specials) >= 3:
+        rows = tokens.reshape(-1, shape[-1])
+        L = shape[-1]
+        lengths = torch.randint(max(2, L // 2), L + 1, (rows.shape[0],), generator=g)
+        pad, cls, sep = specials[0], specials[1], specials[2]
+        rows[:, 0] = cls
+        rows[torch.arange(L)[None, :] >= lengths[:, None]] = pad
+        rows[torch.arange(rows.shape[0]), lengths - 1] = sep
+    elif specials is not None:  # a few special ids sprinkled in
+        sprinkle = torch.rand(shape, generator=g) < 0.1
+        tokens[sprinkle] = specials[-1]
+    return tokens.to(spec.get("dtype", torch.long))
+
+
+def _spec_label(spec: dict, device) -> str:
+    p = "default p" if spec["p"] is None else f"p={spec['p']}"
+    sp = "special_ids=None" if spec["specials"] is None else f"special_ids={spec['specials']}"
+    gen = ", generator=None" if spec.get("no_generator") else ""
+    dtype = str(spec.get("dtype", torch.long)).replace("torch.", "")
+    return (
+        f"tokens {tuple(spec['shape'])} ({dtype}, {device.type}), mask_id={spec['mask_id']}, "
+        f"vocab_size={spec['V']}, {p}, {sp}{gen}"
+    )
+
+
+def _call_mask(fn, tokens, spec, seed):
+    kwargs = {}
+    if spec["p"] is not None:
+        kwargs["p"] = spec["p"]
+    if not spec.get("no_generator"):
+        kwargs["generator"] = torch.Generator(device=tokens.device).manual_seed(seed)
+    if spec["specials"] is not None:
+        kwargs["special_ids"] = list(spec["specials"])
+    return fn(tokens, spec["mask_id"], spec["V"], **kwargs)
+
+
+def _as_pair(out, tokens) -> tuple[torch.Tensor, torch.Tensor] | str:
+    """The (inputs, labels) pair, or a sentence saying what is wrong with the result's form."""
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        return f"the result should be a tuple (inputs, labels) but is {type(out).__name__}" + (
+            f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""
+        )
+    for name, t in zip(("inputs", "labels"), out):
+        if not isinstance(t, torch.Tensor):
+            return f"{name} should be a tensor but is a {type(t).__name__}"
+        if tuple(t.shape) != tuple(tokens.shape):
+            return f"{name} has shape {tuple(t.shape)} but tokens has {tuple(tokens.shape)}"
+        if t.dtype != tokens.dtype:
+            return f"{name} has dtype {t.dtype} but should have the dtype of tokens, {tokens.dtype}"
+        if t.device.type != tokens.device.type:
+            return f"{name} is on {t.device} but tokens is on {tokens.device}"
+    return tuple(out)
+
+
+def _profile(fn, tokens, spec, seed, student_ex=None) -> dict:
+    """Run fn three times (seed, the same seed again, another seed) and measure everything.
+
+    student_ex: when given, the calls run with that exercise's built-ins switched off and an
+    exception becomes a CheckFailed naming the case."""
+
+    def call(s, t):
+        if student_ex is None:
+            return _call_mask(fn, t, spec, s)
+        try:
+            with forbid(student_ex.forbidden, fn, student_ex.name):
+                return _call_mask(fn, t, spec, s)
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except Exception as err:
+            raise CheckFailed(
+                f"{student_ex.name}: your function raised {type(err).__name__}: {err}\n"
+                f"  case: {_spec_label(spec, tokens.device)}"
+            ) from None
+
+    work = tokens.clone()
+    with torch.random.fork_rng(devices=[]):  # the check leaves the global seed alone
+        first = call(seed, work)
+        pair = _as_pair(first, tokens)
+        if isinstance(pair, str):
+            return {"form": pair}
+        inputs, labels = (t.detach().clone() for t in pair)
+        in_place = not torch.equal(work, tokens)
+        again = _as_pair(call(seed, tokens.clone()), tokens)
+        other = _as_pair(call(seed + 1, tokens.clone()), tokens)
+    V, mask_id = spec["V"], spec["mask_id"]
+    eligible = _eligible(tokens, spec["specials"])
+    chosen = labels != IGNORE
+    n_elig, n_special = int(eligible.sum()), int((~eligible).sum())
+    n_chosen = int(chosen.sum())
+    unchosen = ~chosen & eligible
+    masked = chosen & (inputs == mask_id)
+    kept = chosen & (inputs == tokens) & ~masked
+    randomised = chosen & ~masked & ~kept
+    same = isinstance(again, tuple) and all(torch.equal(a, b) for a, b in zip(again, pair))
+    differs = isinstance(other, tuple) and not all(torch.equal(a, b) for a, b in zip(other, pair))
+    return {
+        "form": None,
+        "inputs": inputs,
+        "labels": labels,
+        "in_place": in_place,
+        "reproducible": same,
+        "seed_matters": differs,
+        "n_elig": n_elig,
+        "n_special": n_special,
+        "n_chosen": n_chosen,
+        "n_unchosen": int(unchosen.sum()),
+        "chosen_elig": int((chosen & eligible).sum()),
+        "chosen_special": int((chosen & ~eligible).sum()),
+        "label_bad": int((labels[chosen] != tokens[chosen]).sum()),
+        "label_range_bad": int(((labels != IGNORE) & ((labels < 0) | (labels >= V))).sum()),
+        "unchosen_changed": int((inputs[unchosen] != tokens[unchosen]).sum()),
+        "out_of_range": int(((inputs < 0) | (inputs >= V)).sum()),
+        "n_masked": int(masked.sum()),
+        "n_kept": int(kept.sum()),
+        "n_random": int(randomised.sum()),
+        "random_ids": inputs[randomised].double().cpu(),
+        "random_orig": tokens[randomised].double().cpu(),
+    }
+
+
+def _binomial_problem(count, n, prob, what) -> str | None:
+    """None when count is within Z_SIGMAS binomial standard deviations of n·prob."""
+    if n == 0:
+        return None
+    mean, sd = n * prob, math.sqrt(n * prob * (1 - prob))
+    if abs(count - mean) <= Z_SIGMAS * sd + 1e-9:
+        return None
+    return (
+        f"{what} is {count / n:.2%} ({count:,d} of {n:,d}); expected {prob:.2%} "
+        f"(± {Z_SIGMAS * sd / n:.2%}, i.e. {Z_SIGMAS} standard deviations)"
+    )
+
+
+def mask_problem(prof: dict, tokens: torch.Tensor, spec: dict, p: float) -> str | None:
+    """The first way the profile breaks the contract, as a sentence; None when it keeps it."""
+    if prof["form"]:
+        return prof["form"]
+    V, mask_id = spec["V"], spec["mask_id"]
+    if prof["in_place"]:
+        return "the tokens you were given were modified (in place); they must stay as they were"
+    if prof["label_range_bad"] or prof["label_bad"]:
+        return (
+            f"at {prof['label_bad']:,d} of {prof['n_chosen']:,d} chosen positions (labels != -100) "
+            "the label is not the original token"
+        )
+    if prof["chosen_special"]:
+        return (
+            f"{prof['chosen_special']:,d} positions holding a special id {spec['specials']} were "
+            "chosen (their labels are not -100)"
+        )
+    if prof["unchosen_changed"]:
+        return (
+            f"{prof['unchosen_changed']:,d} of {prof['n_unchosen']:,d} positions that were not "
+            "chosen (label -100) have a different token in inputs"
+        )
+    if prof["out_of_range"]:
+        return f"{prof['out_of_range']:,d} ids in inputs are outside [0, vocab_size={V})"
+    if not spec.get("no_generator"):
+        if not prof["reproducible"]:
+            return "two calls with generators seeded alike gave different results"
+        if prof["n_elig"] >= MIN_FOR_STATISTICS and 0 < p < 1 and not prof["seed_matters"]:
+            return "generators with different seeds gave the same result"
+    if p in (0.0, 1.0) and prof["chosen_elig"] != p * prof["n_elig"]:
+        return (
+            f"with p={p:g}, {prof['chosen_elig']:,d} of {prof['n_elig']:,d} eligible positions "
+            f"were chosen; expected {int(p * prof['n_elig']):,d}"
+        )
+    if prof["n_elig"] < MIN_FOR_STATISTICS:
+        return None
+    problem = _binomial_problem(
+        prof["chosen_elig"], prof["n_elig"], p, "the fraction of chosen positions"
+    )
+    if problem:
+        return problem
+    n = prof["n_chosen"]
+    if n == 0:
+        return None
+    shares = (  # a random draw lands on [MASK] or on the original token with probability 1/V
+        ("n_masked", 0.8 + 0.1 / V, "the share of [MASK] among the chosen positions"),
+        ("n_kept", 0.1 + 0.1 / V, "the share of unchanged tokens among the chosen positions"),
+        ("n_random", 0.1 * (1 - 2 / V), "the share of random tokens among the chosen positions"),
+    )
+    for key, prob, what in shares:
+        problem = _binomial_problem(prof[key], n, prob, what)
+        if problem:
+            return problem
+    r, orig = prof["random_ids"], prof["random_orig"]
+    if len(r) >= 100:
+        # Draws uniform on [0, V) given that they are neither mask_id nor the original token.
+        # Hoeffding: the mean of n draws in [0, V-1] strays more than (V-1)·sqrt(ln(2/δ)/(2n))
+        # from its expectation with probability below δ = 1e-9.
+        expected = ((V * (V - 1) / 2 - mask_id - orig) / (V - 2)).mean().item()
+        slack = (V - 1) * math.sqrt(math.log(2 / HOEFFDING_DELTA) / (2 * len(r)))
+        if abs(r.mean().item() - expected) > slack:
+            return (
+                f"the random tokens average {r.mean().item():.2f}; draws uniform on "
+                f"[0, vocab_size={V}) would average {expected:.2f} (± {slack:.2f})"
+            )
+    return None
+
+
+def _fractions(prof: dict) -> dict[str, tuple[int, int]]:
+    """(count, n) pairs that describe a profile, for comparing profiles."""
+    return {
+        "chosen": (prof["chosen_elig"], prof["n_elig"]),
+        "special": (prof["chosen_special"], prof["n_special"]),
+        "label_bad": (prof["label_bad"], prof["n_chosen"]),
+        "unchosen_changed": (prof["unchosen_changed"], prof["n_unchosen"]),
+        "masked": (prof["n_masked"], prof["n_chosen"]),
+        "kept": (prof["n_kept"], prof["n_chosen"]),
+    }
+
+
+def profiles_agree(a: dict, b: dict) -> bool:
+    """True when two profiles could come from the same (random) implementation."""
+    if a["form"] or b["form"]:
+        return False
+    for flag in ("in_place", "reproducible"):
+        if a[flag] != b[flag]:
+            return False
+    fa, fb = _fractions(a), _fractions(b)
+    for key in fa:
+        (ca, na), (cb, nb) = fa[key], fb[key]
+        if (na == 0) != (nb == 0):
+            return False
+        if na == 0:
+            continue
+        if na < 50 or nb < 50:  # too few to compare
+            continue
+        diff = abs(ca / na - cb / nb)
+        if diff > Z_MATCH * math.sqrt(0.25 / na + 0.25 / nb):
+            return False
+    return True
+
+
+def _check_masking(ex: Exercise, student_fn, thorough: bool):
+    devices = available_devices() if thorough else [torch.device("cpu")]
+    n = 0
+    for device in devices:
+        for i, spec in enumerate(mask_specs(thorough)):
+            tokens = make_mask_tokens(spec, seed=5000 + i).to(device)
+            p = 0.15 if spec["p"] is None else spec["p"]
+            seed = 6000 + i
+            prof = _profile(student_fn, tokens, spec, seed, student_ex=ex)
+            problem = mask_problem(prof, tokens, spec, p)
+            if problem:
+                hint = ""
+                if not prof["form"]:
+                    for mistake in ex.mistakes:
+                        try:
+                            wrong = _profile(mistake.impl, tokens, spec, seed)
+                        except Exception:
+                            continue
+                        if mask_problem(wrong, tokens, spec, p) and profiles_agree(wrong, prof):
+                            hint = f"\nLikely mistake: {mistake.sentence}"
+                            break
+                raise CheckFailed(
+                    f"{ex.name}: {problem}\n  case: {_spec_label(spec, device)}{hint}"
+                )
+            n += 1
+    where = ", ".join(d.type for d in devices)
+    return n, f"exact properties and the 15% / 80-10-10 statistics on {where}"
+
+
+def bert_mask_tokens(student_fn, thorough: bool = False) -> bool:
+    """Check bert_mask_tokens(tokens, mask_id, vocab_size, p=0.15, generator=None,
+    special_ids=None) -> (inputs, labels): exact properties and statistics."""
+    return _run(_MASK_EX, student_fn, None, None, thorough, _check_masking)
+
+
+# ==============================================================================================
+# Exercise 2 — wordpiece_tokenize(word, vocab, unk_token="[UNK]", max_chars_per_word=100)
+
+
+def _wp(
+    word,
+    vocab,
+    unk_token,
+    max_chars_per_word,
+    *,
+    shortest=False,
+    prefix="##",
+    first="",
+    partial_unk=False,
+    limit=True,
+):
+    """The algorithm with switches, each switch one catalogued mistake."""
+    if limit and len(word) > max_chars_per_word:
+        return [unk_token]
+    pieces, start = [], 0
+    while start < len(word):
+        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
+        piece = None
+        for end in ends:
+            candidate = (first if start == 0 else prefix) + word[start:end]
+            if candidate in vocab:
+                piece = candidate
+                break
+        if piece is None:
+            return pieces + [unk_token] if partial_unk else [unk_token]
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+def _wp_shortest(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, shortest=True)
+
+
+def _wp_no_prefix(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, prefix="")
+
+
+def _wp_partial_unk(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, partial_unk=True)
+
+
+def _wp_prefix_first(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, first="##")
+
+
+def _wp_no_limit(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, limit=False)
+
+
+_WORDPIECE_EX = _register(
+    Exercise(
+        name="wordpiece_tokenize",
+        lesson="09",
+        module="bert",
+        reference=_bert.wordpiece_tokenize,
+        forbidden=(
+            "transformer_lab.bert.wordpiece_tokenize",
+            "transformer_lab.bert.WordPieceTokenizer",
+            "transformer_lab.WordPieceTokenizer",
+            "transformer_lab.wordpiece_tokenize",
+        ),
+        mistakes=[
+            Mistake(
+                "you take the shortest match: at each position take the LONGEST piece in the "
+                "vocabulary (try the end of the word first, then shorten).",
+                _wp_shortest,
+            ),
+            Mistake(
+                "pieces after the first need the '##' prefix: look up '##' + word[start:end] when "
+                "start > 0 (and return it with the prefix).",
+                _wp_no_prefix,
+            ),
+            Mistake(
+                "when part of a word has no piece, the WHOLE word becomes [unk_token]: return "
+                "[unk_token] alone, not the pieces found so far plus [UNK].",
+                _wp_partial_unk,
+            ),
+            Mistake(
+                "the first piece carries no '##': only pieces that continue a word (start > 0) "
+                "are looked up with the prefix.",
+                _wp_prefix_first,
+            ),
+            Mistake(
+                "words longer than max_chars_per_word must become [unk_token] without being cut "
+                "into pieces.",
+                _wp_no_limit,
+            ),
+        ],
+    )
+)
+
+# A small vocabulary whose pieces tell the mistakes apart: a shortest match, a piece that exists
+# only without (or only with) '##', and words with an uncovered character.
+TOY_VOCAB = frozenset(
+    "[PAD] [UNK] [CLS] [SEP] [MASK] un una aff able play ##play ##ing ##s ##ed ing s a b c x "
+    "##a ##b ##c ##un ##aff ##affa ##ble ##able ##i ##n ##g token ##izer ##ize ##r ##iz ##e "
+    "the th ##e ##he cat ##cat ##x low ##er ##est lowe ##st new ##w".split()
+)
+_TOY_WORDS = [
+    "unaffable",  # un ##aff ##able (shortest: un ##aff ##a ##b ...)
+    "playing",  # play ##ing
+    "tokenizer",  # token ##izer
+    "unplayed",  # un ##play ##ed
+    "lowest",  # lowe ##st (longest first), not low ##est
+    "xyz",  # y has no piece: [UNK]
+    "playingq",  # q has no piece at the end: [UNK], not play ##ing [UNK]
+    "the",
+    "a",
+    "ing",  # 'ing' exists as a first piece
+    "cats",
+    "abc",
+]
+
+
+def _random_vocab_case(seed: int):
+    """A random alphabet, a random vocabulary of pieces and words made partly from them."""
+    g = torch.Generator().manual_seed(seed)
+    letters = "abcdefgh"
+
+    def rand_word(n):
+        idx = torch.randint(len(letters), (n,), generator=g).tolist()
+        return "".join(letters[i] for i in idx)
+
+    vocab = {"[UNK]"}
+    vocab |= {rand_word(int(torch.randint(1, 5, (1,), generator=g))) for _ in range(40)}
+    vocab |= {"##" + rand_word(int(torch.randint(1, 4, (1,), generator=g))) for _ in range(40)}
+    vocab |= {"##" + c for c in letters[:6]}  # most letters can continue a word
+    words = [rand_word(int(torch.randint(1, 12, (1,), generator=g))) for _ in range(60)]
+    return frozenset(vocab), words
+
+
+def _wordpiece_cases(thorough: bool) -> list[tuple[str, frozenset, dict]]:
+    cases = [(w, TOY_VOCAB, {}) for w in _TOY_WORDS]
+    cases.append(("ab" * 60, TOY_VOCAB, {}))  # 120 characters: [UNK] (limit 100)
+    if thorough:
+        cases += [("qab", TOY_VOCAB, {"unk_token": "<unk>"})]
+        cases += [("ab" * 5, TOY_VOCAB, {"max_chars_per_word": 6})]
+        cases += [("abcab", TOY_VOCAB, {"max_chars_per_word": 5})]
+        for seed in (7000, 7001, 7002):
+            vocab, words = _random_vocab_case(seed)
+            cases += [(w, vocab, {}) for w in words]
+    return cases
+
+
+def _optional_forbidden() -> tuple[str, ...]:
+    """Tokenizers from other libraries, switched off only when already imported (importing
+    transformers to patch it would take seconds)."""
+    names = []
+    if "transformers" in sys.modules:
+        names += [
+            "transformers.BertTokenizer",
+            "transformers.BertTokenizerFast",
+            "transformers.models.bert.tokenization_bert.BertTokenizer",
+            "transformers.models.bert.tokenization_bert.WordpieceTokenizer",  # transformers < 5
+        ]
+    if "tokenizers" in sys.modules:
+        names += ["tokenizers.models.WordPiece", "tokenizers.decoders.WordPiece"]
+    return tuple(names)
+
+
+def _check_wordpiece(ex: Exercise, student_fn, thorough: bool):
+    forbidden = ex.forbidden + _optional_forbidden()
+    n = 0
+    for word, vocab, kwargs in _wordpiece_cases(thorough):
+        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        call = f"wordpiece_tokenize({word!r}, vocab{', ' + args if args else ''})"
+        expected = ex.reference(word, vocab, **kwargs)
+        try:
+            with forbid(forbidden, student_fn, ex.name):
+                got = student_fn(word, vocab, **kwargs)
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except Exception as err:
+            raise CheckFailed(f"{ex.name}: {call} raised {type(err).__name__}: {err}") from None
+        if isinstance(got, tuple):
+            got = list(got)
+        if got == expected:
+            n += 1
+            continue
+        if not isinstance(got, list) or not all(isinstance(t, str) for t in got):
+            problem = f"the result should be a list of str but is {got!r}"
+        else:
+            problem = f"expected {expected!r}, got {got!r}"
+        hint = ""
+        for mistake in ex.mistakes:
+            try:
+                wrong = mistake.impl(word, vocab, **kwargs)
+            except Exception:
+                continue
+            if wrong == got and wrong != expected:
+                hint = f"\nLikely mistake: {mistake.sentence}"
+                break
+        small = len(vocab) <= 80
+        shown = f"\n  vocab: {sorted(vocab)}" if small else ""
+        raise CheckFailed(f"{ex.name}: {call}: {problem}{shown}{hint}")
+    return n, "every word, exact pieces"
+
+
+def wordpiece_tokenize(student_fn, thorough: bool = False) -> bool:
+    """Check wordpiece_tokenize(word, vocab, unk_token='[UNK]', max_chars_per_word=100)
+    -> list of pieces (greedy longest-match-first, '##' on continuations)."""
+    return _run(_WORDPIECE_EX, student_fn, None, None, thorough, _check_wordpiece)
+
+
+# ==============================================================================================
+# Exercise 3 — mean_pool(hidden, attention_mask, normalize=True) -> (B, d)
+
+
+def _masked_mean(hidden, attention_mask, normalize=True):
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return _unit((hidden * m).sum(dim=1) / m.sum(dim=1), normalize)
+
+
+def _unit(x, normalize):
+    return torch.nn.functional.normalize(x, p=2, dim=-1) if normalize else x
+
+
+def _pool_over_padding(hidden, attention_mask, normalize=True):
+    return _unit(hidden.mean(dim=1), normalize)
+
+
+def _pool_divide_by_L(hidden, attention_mask, normalize=True):
+    m = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return _unit((hidden * m).sum(dim=1) / hidden.shape[1], normalize)
+
+
+def _pool_never_normalized(hidden, attention_mask, normalize=True):
+    return _masked_mean(hidden, attention_mask, normalize=False)
+
+
+def _pool_always_normalized(hidden, attention_mask, normalize=True):
+    return _masked_mean(hidden, attention_mask, normalize=True)
+
+
+def _pool_tokens_normalized(hidden, attention_mask, normalize=True):
+    """Scales every token vector to unit length before averaging."""
+    unit = torch.nn.functional.normalize(hidden, p=2, dim=-1)
+    return _masked_mean(unit, attention_mask, normalize)
+
+
+def _pool_cls(hidden, attention_mask, normalize=True):
+    return _unit(hidden[:, 0], normalize)
+
+
+_POOL_EX = _register(
+    Exercise(
+        name="mean_pool",
+        lesson="09",
+        module="bert",
+        reference=_bert.mean_pool,
+        forbidden=(
+            "transformer_lab.bert.mean_pool",
+            "transformer_lab.bert.sentence_embedding",
+            "transformer_lab.mean_pool",
+            "transformer_lab.sentence_embedding",
+        ),
+        mistakes=[
+            Mistake(
+                "padding is averaged in: sum the hidden vectors of the real tokens only "
+                "(multiply by the mask) and divide by the number of real tokens.",
+                _pool_over_padding,
+            ),
+            Mistake(
+                "you divide by L, the padded length: divide by each sentence's number of real "
+                "tokens, attention_mask.sum(dim=1).",
+                _pool_divide_by_L,
+            ),
+            Mistake(
+                "with normalize=True each embedding must have unit length: divide it by its L2 "
+                "norm (e.g. F.normalize(x, p=2, dim=-1)).",
+                _pool_never_normalized,
+            ),
+            Mistake(
+                "with normalize=False return the plain mean: scale to unit length only when "
+                "normalize is True.",
+                _pool_always_normalized,
+            ),
+            Mistake(
+                "you normalise each token before averaging: average the raw hidden vectors, then "
+                "normalise the mean.",
+                _pool_tokens_normalized,
+            ),
+            Mistake(
+                "that is the [CLS] vector (position 0): the embedding is the mean over all the "
+                "real tokens.",
+                _pool_cls,
+            ),
+        ],
+    )
+)
+
+
+def _pool_cases(thorough: bool) -> list[Case]:
+    def case(B, L, d, lengths=None, normalize=True, kind="long", scale=1.0, scattered=False):
+        def make(g):
+            hidden = torch.randn(B, L, d, generator=g, dtype=torch.float64) * scale
+            hidden = hidden + torch.randn(1, 1, d, generator=g, dtype=torch.float64)  # shared part
+            n_real = (
+                torch.tensor(lengths)
+                if lengths is not None
+                else torch.randint(1, L + 1, (B,), generator=g)
+            )
+            if scattered:  # any pattern, at least one real token per row
+                mask = torch.rand(B, L, generator=g) < 0.5
+                mask[torch.arange(B), torch.randint(L, (B,), generator=g)] = True
+            else:  # right padding
+                mask = torch.arange(L)[None, :] < n_real[:, None]
+            mask = mask.long() if kind == "long" else mask if kind == "bool" else mask.double()
+            inputs = {"hidden": hidden, "attention_mask": mask}
+            if not normalize:
+                inputs["normalize"] = False
+            return inputs
+
+        what = "right padding" if not scattered else "scattered padding"
+        label = (
+            f"hidden {(B, L, d)}, attention_mask {(B, L)} ({kind}, {what}), normalize={normalize}"
+        )
+        return Case(label, make)
+
+    cases = [
+        case(3, 6, 8, lengths=[6, 3, 1]),
+        case(3, 6, 8, lengths=[2, 6, 4], normalize=False),
+    ]
+    if thorough:
+        cases += [
+            case(1, 1, 4),
+            case(1, 1, 4, normalize=False),
+            case(4, 9, 16, kind="bool"),
+            case(5, 7, 12, scattered=True),
+            case(5, 7, 12, scattered=True, normalize=False),
+            case(2, 5, 384, lengths=[5, 2], scale=30.0),
+            case(6, 12, 10, normalize=False, kind="float"),
+        ]
+    return cases
+
+
+def mean_pool(student_fn, thorough: bool = False) -> bool:
+    """Check mean_pool(hidden (B, L, d), attention_mask (B, L), normalize=True) -> (B, d)."""
+    return _run(_POOL_EX, student_fn, _pool_cases(thorough), ("embedding",), thorough, "function")

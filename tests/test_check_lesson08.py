@@ -1,0 +1,508 @@
+"""Lesson 08 checks: shift_targets, lm_loss, next_token_probs, sample_next and KVCache.
+
+Correct implementations written the way a student would pass; every catalogued mistake fails the
+visible check with its sentence (the thorough run of each mutant is in test_check.py); further
+wrong variants are caught; forbidden built-ins are refused; bad input gets a clear message; the
+statistical check's tolerance is argued below (and in lesson08.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transformer_lab import check
+from transformer_lab.check import lesson08
+
+
+@pytest.fixture(autouse=True)
+def _student_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Correct student implementations, written differently from the reference.
+
+
+def good_shift(idx, pad_id=None):
+    B, L = idx.shape
+    targets = torch.cat([idx[:, 1:], torch.full((B, 1), -100, dtype=idx.dtype)], dim=1)
+    if pad_id is not None:
+        targets = torch.where(targets == pad_id, torch.full_like(targets, -100), targets)
+    return targets.to(idx.device)
+
+
+def good_lm_loss(logits, targets):
+    log_p = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    counted = targets != -100
+    picked = log_p[counted].gather(-1, targets[counted][:, None])
+    return -picked.sum() / counted.sum()
+
+
+def good_probs(logits, temperature=1.0, top_k=None):
+    if temperature == 0 or top_k == 1:
+        out = torch.zeros_like(logits)
+        out[torch.arange(logits.shape[0]), logits.argmax(-1)] = 1.0
+        return out
+    z = logits / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        kth = z.sort(dim=-1, descending=True).values[:, top_k - 1 : top_k]
+        z = torch.where(z >= kth, z, torch.full_like(z, -math.inf))
+    z = z - z.max(dim=-1, keepdim=True).values
+    e = z.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def good_sample(logits, temperature=1.0, top_k=None, generator=None):
+    """Inverse-CDF sampling with torch.rand: other random numbers than torch.multinomial."""
+    probs = good_probs(logits, temperature, top_k).double()
+    u = torch.rand(
+        probs.shape[0], 1, generator=generator, device=logits.device, dtype=torch.float64
+    )
+    cdf = probs.cumsum(-1)
+    cdf[:, -1] = 1.0 + 1e-9  # rounding must not push a draw past the end
+    ids = (u >= cdf).sum(-1)
+    # probability-0 tokens have a flat cdf step, which u >= cdf skips over
+    return ids.long()
+
+
+def good_sample_multinomial(logits, temperature=1.0, top_k=None, generator=None):
+    probs = good_probs(logits, temperature, top_k)
+    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]
+
+
+class GoodKVCache:
+    def __init__(self):
+        self.keys, self.values = [], []
+
+    def __len__(self):
+        return sum(k.shape[2] for k in self.keys)
+
+    def append(self, k, v):
+        self.keys.append(k)
+        self.values.append(v)
+        return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
+
+
+GOOD = {
+    "shift_targets": good_shift,
+    "lm_loss": good_lm_loss,
+    "next_token_probs": good_probs,
+    "sample_next": good_sample,
+    "KVCache": GoodKVCache,
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_correct_implementations_pass(name, thorough, capsys):
+    assert getattr(check, name)(GOOD[name], thorough=thorough) is True
+    assert f"✓ {name}" in capsys.readouterr().out
+
+
+def test_multinomial_sampler_passes_too():
+    assert check.sample_next(good_sample_multinomial, thorough=True)
+
+
+def test_good_implementations_are_saved(tmp_path):
+    for name, impl in GOOD.items():
+        getattr(check, name)(impl)
+    saved = (tmp_path / "pkg" / "transformer_lab_student" / "gpt.py").read_text()
+    for source_name in (
+        "def good_shift",
+        "def good_lm_loss",
+        "def good_probs",
+        "class GoodKVCache",
+    ):
+        assert source_name in saved
+
+
+# ---------------------------------------------------------------------------------------------
+# Every catalogued mistake is named by the *visible* check already (students see the hint before
+# grading); test_check.py runs each through the thorough check as well.
+
+CATALOGUE = [
+    (name, i)
+    for name in ("shift_targets", "lm_loss", "next_token_probs", "sample_next", "KVCache")
+    for i in range(len(check.EXERCISES[name].mistakes))
+]
+VISIBLE_MISSES = {("lm_loss", 6)}  # log(softmax) only differs for large logits: thorough only
+
+
+@pytest.mark.parametrize("name,index", CATALOGUE, ids=[f"{n}-{i}" for n, i in CATALOGUE])
+def test_catalogued_mistake_is_named(name, index):
+    mistake = check.EXERCISES[name].mistakes[index]
+    thorough = (name, index) in VISIBLE_MISSES
+    with pytest.raises(check.CheckFailed) as info:
+        getattr(check, name)(mistake.impl, thorough=thorough)
+    assert f"Likely mistake: {mistake.sentence}" in str(info.value)
+
+
+def test_log_of_softmax_passes_visible_but_fails_thorough():
+    mutant = check.EXERCISES["lm_loss"].mistakes[6].impl
+    assert check.lm_loss(mutant)
+    with pytest.raises(check.CheckFailed, match="log_softmax"):
+        check.lm_loss(mutant, thorough=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# sample_next: the statistics.
+
+
+def test_hoeffding_tolerance_and_false_failure_rate():
+    """t solves 2 exp(-2 N t²) = 2.8e-11; a thorough run compares at most 432 frequencies."""
+    t = lesson08._sample_tolerance()
+    assert 0.02 < t < 0.03
+    assert 2 * math.exp(-2 * lesson08._N_SAMPLES * t**2) == pytest.approx(2.8e-11, rel=1e-6)
+    specs = lesson08._sample_specs(thorough=True)
+    n_freqs = sum(len(rows) for kind, rows, *_ in specs if kind == "sampled") * 4  # 4 settings
+    assert n_freqs <= 432
+    assert n_freqs * 2.8e-11 < 1e-6
+
+
+@pytest.mark.parametrize("index", [0, 2, 5], ids=["argmax", "no-temperature", "softmax-twice"])
+def test_frequency_mistakes_are_far_from_the_truth(index):
+    """Each frequency mutant moves some probability by > 2t + margin in a visible case, so it
+    fails whatever its draws (its own frequencies are within t of its distribution)."""
+    from transformer_lab.gpt import next_token_probs
+
+    impl = check.EXERCISES["sample_next"].mistakes[index].impl
+    t = lesson08._sample_tolerance()
+    worst = 0.0
+    for kind, rows, temperature, top_k in lesson08._sample_specs(thorough=False):
+        if kind != "sampled":
+            continue
+        row = torch.tensor(rows, dtype=torch.float64)
+        p = next_token_probs(row[None], temperature, top_k)[0]
+        draws = impl(row.expand(200_000, -1), temperature, top_k, torch.Generator())
+        q = torch.bincount(draws, minlength=len(rows)).double() / len(draws)
+        worst = max(worst, (q - p).abs().max().item())
+    assert worst > 2 * t + 0.03
+
+
+def test_sample_check_does_not_depend_on_or_change_the_global_seed():
+    torch.manual_seed(7)
+    a = torch.rand(3)
+    check.sample_next(good_sample)
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(3), a)
+
+
+def _biased(logits, temperature=1.0, top_k=None, generator=None):
+    """Mixes 10% uniform noise into the distribution: subtle, not catalogued."""
+    probs = good_probs(logits, temperature, top_k)
+    probs = 0.9 * probs + 0.1 * (probs > 0) / (probs > 0).sum(-1, keepdim=True)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def _float_ids(logits, temperature=1.0, top_k=None, generator=None):
+    return good_sample(logits, temperature, top_k, generator).float()
+
+
+def _seed_inside(logits, temperature=1.0, top_k=None, generator=None):
+    g = torch.Generator(device=logits.device).manual_seed(0)  # ignores the caller's generator
+    return good_sample(logits, temperature, top_k, g)
+
+
+def _greedy_sampled(logits, temperature=1.0, top_k=None, generator=None):
+    """Samples even at temperature 0 (with a tiny temperature instead)."""
+    return good_sample_multinomial(logits, max(temperature, 0.5), top_k, generator)
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (_biased, "frequency"),
+        (_float_ids, "dtype"),
+        (_greedy_sampled, "argmax"),
+    ],
+    ids=["biased", "float-ids", "greedy-sampled"],
+)
+def test_other_wrong_samplers_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.sample_next(wrong, thorough=True)
+
+
+def test_a_sampler_with_its_own_seed_passes_reproducibility_but_is_not_random():
+    """A fixed internal seed is reproducible; the check cannot tell it from a good sampler, which
+    is acceptable: its draws still follow the distribution. Document the limit."""
+    assert check.sample_next(_seed_inside)
+
+
+# ---------------------------------------------------------------------------------------------
+# Other mutants beyond the catalogues.
+
+
+def _shift_int32(idx, pad_id=None):
+    return good_shift(idx, pad_id).int()
+
+
+def _shift_in_place(idx, pad_id=None):
+    idx[:, :-1] = idx[:, 1:].clone()
+    idx[:, -1] = -100
+    if pad_id is not None:
+        idx[idx == pad_id] = -100
+    return idx
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [(_shift_int32, "dtype"), (_shift_in_place, "in place")],
+    ids=["int32", "in-place"],
+)
+def test_other_wrong_shifts_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.shift_targets(wrong, thorough=True)
+
+
+def _lm_detached(logits, targets):
+    return good_lm_loss(logits.detach(), targets)
+
+
+def _lm_vector(logits, targets):
+    return good_lm_loss(logits, targets).reshape(1)
+
+
+def _lm_mean_of_probs(logits, targets):
+    counted = targets != -100
+    p = torch.softmax(logits, -1)[counted].gather(-1, targets[counted][:, None])
+    return -torch.log(p.mean())
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [(_lm_detached, "no gradient"), (_lm_vector, "shape"), (_lm_mean_of_probs, "differs")],
+    ids=["detached", "shape-1", "log-of-mean"],
+)
+def test_other_wrong_losses_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.lm_loss(wrong, thorough=True)
+
+
+def _probs_log(logits, temperature=1.0, top_k=None):
+    return torch.log(good_probs(logits, temperature, top_k))
+
+
+def _probs_top_k_ignores_large_k(logits, temperature=1.0, top_k=None):
+    if top_k is not None:
+        top_k = min(top_k, logits.shape[-1] - 1)  # never keeps everything
+    return good_probs(logits, temperature, top_k)
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [(_probs_log, "inf|differs"), (_probs_top_k_ignores_large_k, "differs")],
+    ids=["log-probs", "k-capped"],
+)
+def test_other_wrong_probs_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.next_token_probs(wrong, thorough=True)
+
+
+class _KVDetached(GoodKVCache):
+    def append(self, k, v):
+        k_all, v_all = super().append(k, v)
+        return k_all.detach(), v_all.detach()
+
+
+class _KVNoLen(GoodKVCache):
+    __len__ = None
+
+
+class _KVLenFloat(GoodKVCache):
+    def __len__(self):  # noqa: PLE0303 (deliberately wrong)
+        return float(super().__len__())
+
+
+class _KVNotesOnlyFirst(GoodKVCache):
+    """Keeps the first chunk and the latest one (drops the middle)."""
+
+    def append(self, k, v):
+        if len(self.keys) >= 2:
+            self.keys.pop(1)
+            self.values.pop(1)
+        return super().append(k, v)
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (_KVDetached, "gradient"),
+        (_KVNoLen, "len"),
+        (_KVLenFloat, "len"),
+        (_KVNotesOnlyFirst, "shape|len"),
+    ],
+    ids=["detached", "no-len", "len-float", "drops-middle"],
+)
+def test_other_wrong_caches_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.KVCache(wrong, thorough=True)
+
+
+def test_kv_check_runs_the_cache_inside_a_gpt(monkeypatch):
+    """A cache that passes the unit steps but breaks in the model is still caught."""
+
+    class _ShiftsAfterFive(GoodKVCache):
+        def append(self, k, v):
+            k_all, v_all = super().append(k, v)
+            if len(self) > 8:  # only the model part caches more than 8 positions
+                v_all = v_all * 1.5
+            return k_all, v_all
+
+    with pytest.raises(check.CheckFailed, match="GPT"):
+        check.KVCache(_ShiftsAfterFive)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forbidden built-ins and the reference.
+
+
+def test_lm_loss_may_not_call_cross_entropy():
+    import torch.nn.functional as F
+
+    def via_ce(logits, targets):
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def via_module(logits, targets):
+        return torch.nn.CrossEntropyLoss()(logits.flatten(0, 1), targets.flatten())
+
+    def via_nll(logits, targets):
+        return F.nll_loss(torch.log_softmax(logits, -1).flatten(0, 1), targets.flatten())
+
+    for cheat in (via_ce, via_module, via_nll):
+        with pytest.raises(check.ImplementThisYourself):
+            check.lm_loss(cheat)
+    assert F.cross_entropy.__name__ == "cross_entropy"  # restored
+
+
+def test_references_are_refused():
+    import transformer_lab
+    from transformer_lab import gpt
+
+    def via_gpt_sample(logits, temperature=1.0, top_k=None, generator=None):
+        return gpt.sample_next(logits, temperature, top_k, generator)
+
+    def via_ref_probs(logits, temperature=1.0, top_k=None, generator=None):
+        probs = gpt.next_token_probs(logits, temperature, top_k)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    def via_package_shift(idx, pad_id=None):
+        return transformer_lab.shift_targets(idx, pad_id)
+
+    class Wrapper:
+        def __init__(self):
+            self.inner = transformer_lab.KVCache()
+
+        def __len__(self):
+            return len(self.inner)
+
+        def append(self, k, v):
+            return self.inner.append(k, v)
+
+    with pytest.raises(check.ImplementThisYourself):
+        check.sample_next(via_gpt_sample)
+    with pytest.raises(check.ImplementThisYourself):
+        check.sample_next(via_ref_probs)
+    with pytest.raises(check.ImplementThisYourself):
+        check.shift_targets(via_package_shift)
+    with pytest.raises(check.ImplementThisYourself):
+        check.KVCache(Wrapper)
+    for name in GOOD:
+        reference = check.EXERCISES[name].reference
+        with pytest.raises(check.ImplementThisYourself):
+            getattr(check, name)(reference)
+
+
+def test_kv_cache_may_not_subclass_the_reference():
+    from transformer_lab.multihead import KVCache
+
+    class Mine(KVCache):
+        pass
+
+    Mine.__module__ = "__main__"
+    with pytest.raises(check.ImplementThisYourself, match="subclasses"):
+        check.KVCache(Mine)
+
+
+def test_sample_next_may_use_the_students_own_next_token_probs(capsys):
+    assert check.sample_next(good_sample_multinomial)
+    assert "implement this yourself" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input to the check and to the reference function the lesson adds.
+
+
+def test_missing_implementation_gets_a_clear_message():
+    for name in GOOD:
+        with pytest.raises(check.CheckFailed, match=f"check.{name}\\({name}\\)"):
+            getattr(check, name)(None)
+
+
+def test_not_implemented_propagates():
+    def todo(logits, temperature=1.0, top_k=None):
+        raise NotImplementedError
+
+    with pytest.raises(NotImplementedError):
+        check.next_token_probs(todo)
+
+
+def test_crashing_student_code_is_reported_with_the_case():
+    def crash(logits, temperature=1.0, top_k=None, generator=None):
+        raise ValueError("boom")
+
+    with pytest.raises(check.CheckFailed, match="(?s)raised ValueError: boom.*case"):
+        check.sample_next(crash)
+
+    class Crash:
+        def __len__(self):
+            return 0
+
+        def append(self, k, v):
+            raise RuntimeError("no room")
+
+    with pytest.raises(check.CheckFailed, match="(?s)append.*raised RuntimeError: no room"):
+        check.KVCache(Crash)
+
+
+def test_next_token_probs_reference_validates_its_input():
+    from transformer_lab.gpt import next_token_probs
+
+    with pytest.raises(ValueError, match=r"\(B, V\)"):
+        next_token_probs(torch.randn(2, 3, 4))
+    with pytest.raises(TypeError, match="floating point"):
+        next_token_probs(torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="temperature"):
+        next_token_probs(torch.randn(2, 3), temperature=-1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        next_token_probs(torch.randn(2, 3), top_k=0)
+
+
+def test_next_token_probs_is_the_distribution_sample_next_draws_from():
+    from transformer_lab.gpt import next_token_probs, sample_next
+
+    logits = torch.tensor([[1.0, 0.2, -0.3, 2.0, 0.0]]).expand(50_000, -1)
+    probs = next_token_probs(logits[:1], 0.8, 3)[0]
+    draws = sample_next(logits, 0.8, 3, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=5).double() / len(draws)
+    assert (freq - probs.double()).abs().max() < 0.02
+    assert probs[[2, 4]].eq(0).all() and probs.sum().item() == pytest.approx(1.0)
+
+
+def test_next_token_probs_reference_matches_hugging_face_warpers():
+    """The reference is checked against an independent implementation: transformers' logits
+    warpers (temperature, then top-k keeping ties), followed by a softmax."""
+    warpers = pytest.importorskip("transformers.generation.logits_process")
+    from transformer_lab.gpt import next_token_probs
+
+    g = torch.Generator().manual_seed(0)
+    z = 3 * torch.randn(5, 10, generator=g, dtype=torch.float64)
+    z[0, :4] = torch.tensor([2.0, 1.0, 1.0, 1.0])  # ties at the 2nd/3rd largest
+    for T, k in [(0.7, 3), (1.5, 2), (1.0, None), (2.0, 10), (0.5, 12), (1.0, 9)]:
+        scores = warpers.TemperatureLogitsWarper(T)(None, z.clone())
+        if k is not None:
+            scores = warpers.TopKLogitsWarper(k)(None, scores)
+        torch.testing.assert_close(next_token_probs(z, T, k), torch.softmax(scores, -1))

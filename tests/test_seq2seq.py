@@ -262,14 +262,37 @@ def test_loss_on_a_real_transformer_backpropagates(device, dtype):
 # ----------------------------------------------------------------------------- a real run
 
 
-@pytest.mark.slow
-def test_short_training_run_learns_dates():
-    """A small model, 400 steps (~20 s CPU): exact match far above chance (~0 for a 10-char date)."""
+def scale_embeddings(model: Transformer) -> None:
+    """The lecture's re-initialisation: embedding entries of variance 1/d (the paper's scale)."""
+    for embedding in (model.src_embed, model.tgt_embed):
+        nn.init.normal_(embedding.weight, std=model.d_model**-0.5)
+
+
+def test_scaled_embeddings_match_the_positional_encoding_in_size():
+    """Why lesson 07 re-initialises: x sqrt(d) on N(0, 1) entries drowns the position signal."""
+    torch.manual_seed(0)
+    model = Transformer(40, 40, d_model=64, n_heads=4, n_layers=1, d_ff=128, max_len=64)
+    position = model.pos.pe.norm(dim=-1).mean().item()
+    assert position == pytest.approx(32**0.5, rel=1e-4)  # d/2 sine-cosine pairs
+
+    def token_length():
+        return (model.src_embed.weight * 64**0.5).norm(dim=-1).mean().item()
+
+    assert token_length() > 8 * position, "PyTorch's default embeddings are ~11x the position"
+    scale_embeddings(model)
+    assert 1.0 < token_length() / position < 1.8, "scaled: about sqrt(2) x the position"
+
+
+def train_dates_like_the_lecture(steps: int = 300, scale: bool = True) -> tuple[float, float]:
+    """Lesson 07's recipe (d=64, 2 pre-norm layers, batch 64, AdamW 5e-3, warm-up + linear decay),
+    shortened to `steps`; returns (held-out exact match, teacher-forced token accuracy) on 300
+    dates whose source strings never occur in training."""
     from transformer_lab.train import fit, seed_everything
 
-    train = data.dates_task(4000, seed=0)
-    test = data.dates_task(200, seed=1)
-    vocab = data.Seq2SeqVocab.from_pairs(train + test)
+    train = data.dates_task(20_000, seed=0)
+    seen = {source for source, _ in train}
+    test = [p for p in data.dates_task(400, seed=1) if p[0] not in seen][:300]
+    vocab = data.Seq2SeqVocab.from_pairs(train)
     seed_everything(0)
     model = Transformer(
         vocab.vocab_size,
@@ -279,18 +302,20 @@ def test_short_training_run_learns_dates():
         n_layers=2,
         d_ff=128,
         dropout=0.0,
-        max_len=32,
+        max_len=64,
         norm_first=True,
     )
-    steps = 400
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    if scale:
+        scale_embeddings(model)
+    warmup = steps // 10
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 40) * (1 - s / steps)
+        opt, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
     )
     start = time.process_time()
-    losses = fit(
+    fit(
         model,
-        seq2seq.batches(train, vocab, 32),
+        seq2seq.batches(train, vocab, 64, seed=0),
         seq2seq.teacher_forcing_loss,
         opt,
         steps,
@@ -301,8 +326,28 @@ def test_short_training_run_learns_dates():
     em = seq2seq.evaluate_exact_match(model, test, vocab, max_len=11)
     acc = seq2seq.token_accuracy(model, seq2seq.make_batch(test, vocab))
     cpu = time.process_time() - start
-    print(f"exact match {em:.3f}, token accuracy {acc:.3f} after {steps} steps, {cpu:.1f} s CPU")
-    # measured: exact match 0.120, token accuracy 0.845 (chance: ~1/36525 and ~1/46)
-    assert sum(losses[-20:]) / 20 < 0.5 * losses[0]
-    assert acc >= 0.7, f"teacher-forced token accuracy {acc:.3f} after {steps} steps"
-    assert em >= 0.05, f"exact match {em:.3f} after {steps} steps"
+    print(f"scale={scale}: exact match {em:.3f}, token accuracy {acc:.3f}, {cpu:.1f} s CPU")
+    return em, acc
+
+
+def check_learns_dates(em: float, acc: float) -> None:
+    assert acc >= 0.99, f"teacher-forced token accuracy {acc:.3f}"
+    assert em >= 0.95, f"held-out exact match {em:.3f}"
+
+
+@pytest.mark.slow
+def test_lecture_recipe_learns_dates():
+    """300 steps (~25 s CPU) of the lecture's 400: held-out exact match >= 95 %.
+
+    Measured (one thread, 1,000 held-out dates): 100.0 %, 99.6 %, 99.5 % for seeds 0, 1, 2 at
+    300 steps; 100 % for all three at the lecture's 400 steps.
+    """
+    check_learns_dates(*train_dates_like_the_lecture())
+
+
+@pytest.mark.slow
+def test_mutant_unscaled_embeddings_learn_too_slowly():
+    """PyTorch's N(0, 1) embeddings drown the positions: the same 300 steps fail the check
+    (measured: 15.7 % exact match, 86 % token accuracy; 33.7 % exact match after 400 steps)."""
+    with pytest.raises(AssertionError):
+        check_learns_dates(*train_dates_like_the_lecture(scale=False))

@@ -213,3 +213,67 @@ def test_mutant_failing_cell_is_reported(quick_env):
     )
     with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
         execute(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# The payoff lectures run on a student's own package: the solutions of lessons 02–07, run as a
+# student runs them, save their passing parts; lectures 07–11 then build their models from them.
+
+BUILT_FROM_PARTS = {
+    "07_cross_attention": "Transformer: built from YOUR",
+    "08_gpt": "GPT: built from YOUR",
+    "09_bert": "BERT: built from YOUR",
+    "10_bart": "BART: built from YOUR",
+    "11_vit": "ViT: built from YOUR",
+}
+
+
+@pytest.fixture(scope="module")
+def student_package(tmp_path_factory):
+    from nbclient import NotebookClient
+
+    folder = tmp_path_factory.mktemp("student")
+    env = {
+        "TRANSFORMER_LAB_QUICK": "1",
+        "MPLBACKEND": "Agg",
+        "TRANSFORMER_LAB_NO_PROGRESS": "1",
+        "TRANSFORMER_LAB_STUDENT_DIR": str(folder / "pkg"),
+        "TRANSFORMER_LAB_DEVICE": "cpu",
+        "OMP_NUM_THREADS": "1",
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        mp.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+        for lesson in LESSONS[1:7]:
+            nb = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+            NotebookClient(
+                nb,
+                timeout=300,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(folder)}},
+            ).execute()
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", sorted(BUILT_FROM_PARTS))
+def test_payoff_lectures_run_on_the_students_own_parts(lesson, student_package, monkeypatch):
+    for key, value in student_package.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+    from nbclient import NotebookClient
+
+    path = LECTURES / f"{lesson}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(LECTURES)}}
+    ).execute()
+    text = "\n".join(
+        out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+    )
+    line = next((ln for ln in text.splitlines() if BUILT_FROM_PARTS[lesson] in ln), None)
+    assert line is not None, (
+        f"{lesson} did not build its model from the student's parts:\n{text[:2000]}"
+    )
+    assert "MultiHeadAttention" in line and "LayerNorm" in line, line

@@ -138,17 +138,19 @@ def test_without_passed_parts_the_reference_class_comes_back(capsys):
 def test_gpt_is_built_from_the_students_parts(capsys):
     _pass_parts(capsys)
     MyGPT = student.use("GPT")
-    out = capsys.readouterr().out
-    assert "uses YOUR" in out and "MultiHeadAttention" in out and "LayerNorm" in out
     assert issubclass(MyGPT, GPT) and MyGPT is not GPT
     model = MyGPT(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=2)
+    out = capsys.readouterr().out
+    built = next(line for line in out.splitlines() if line.startswith("GPT: built from YOUR"))
+    # the line names what the model really contains: not the FeedForward that fell back
+    assert "MultiHeadAttention" in built and "LayerNorm" in built and "FeedForward" not in built
+    assert "FeedForward: the reference is used here" in out
     block = model.blocks[0]
     assert type(block.self_attn).__module__ == "transformer_lab_student.multihead"
     assert type(block.norm1).__module__ == "transformer_lab_student.add_norm"
     assert type(model.ln_f).__module__ == "transformer_lab_student.add_norm"
     # GPT needs a GELU feed-forward; the student's has ReLU only, so that part stays the reference
     assert type(block.ffn) is transformer_lab.add_norm.FeedForward
-    assert "FeedForward: the reference is used here" in capsys.readouterr().out
     # the reference classes are untouched afterwards
     assert type(GPT(20, 8, 16, 2, 1).blocks[0].self_attn) is transformer_lab.MultiHeadAttention
 
@@ -321,6 +323,10 @@ def test_vit_parity_and_attention_maps_on_the_students_parts(capsys):
     hf = _randomise(transformers.ViTForImageClassification(config))
     mine, ref = student.use("ViT").from_hf(hf), ViT.from_hf(hf)
     assert type(mine.blocks[0].self_attn).__module__ == "transformer_lab_student.multihead"
+    built = [line for line in capsys.readouterr().out.splitlines() if "built from YOUR" in line]
+    assert built == [
+        "ViT: built from YOUR MultiHeadAttention, LayerNorm (the reference for the rest)"
+    ]
     images = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         torch.testing.assert_close(mine(images), hf(images).logits, atol=1e-5, rtol=1e-5)
@@ -347,3 +353,19 @@ def test_a_part_without_dropout_is_used_without_it(capsys):
     out = capsys.readouterr().out
     assert "MultiHeadAttention: yours has no `dropout` argument; it runs without dropout" in out
     assert "FeedForward: the reference is used here" in out
+
+
+def test_a_used_part_takes_the_reference_options_lectures_pass(capsys):
+    """`student.use("MultiHeadAttention")` is the student's class, and also answers the
+    lectures' need_weights=True (weights recomputed from the student's own projections)."""
+    _pass_parts(capsys)
+    Mine = student.use("MultiHeadAttention")
+    assert type(Mine).__name__ == "type" and Mine.__module__ == "transformer_lab_student.multihead"
+    mine, ref = Mine(16, 4), transformer_lab.MultiHeadAttention(16, 4)
+    ref.load_state_dict(mine.state_dict())
+    x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    out, weights = mine(x, context=context, need_weights=True)
+    ref_out, ref_weights = ref(x, context=context, need_weights=True)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(weights, ref_weights)
+    assert torch.equal(mine(x), Mine.__mro__[1].forward(mine, x))  # the student's own forward

@@ -273,6 +273,10 @@ def _load_student(name: str, module: str):
     return getattr(loaded, name)
 
 
+def _is_module_class(obj) -> bool:
+    return isinstance(obj, type) and issubclass(obj, nn.Module)
+
+
 def use(name: str, quiet: bool = False):
     """The student's passing implementation of `name`, else the reference; prints which.
 
@@ -300,6 +304,10 @@ def use(name: str, quiet: bool = False):
                 print(
                     f"{name}: using YOUR implementation (lesson {entry['lesson']}, {_package_dir() / entry['module']}.py)"
                 )
+            if _is_module_class(mine) and _is_module_class(reference):
+                # yours, taking the reference's extra options where it can (need_weights for
+                # plots, dropout left out): see `_fitted`
+                return _fitted(name, mine, reference)
             return mine
     if not quiet:
         print(
@@ -512,6 +520,14 @@ def _fit_instances(model: nn.Module, parts: dict) -> None:
                 module.__class__ = _fitted(name, cls, reference)
 
 
+def _parts_in(model: nn.Module, parts: dict) -> list[str]:
+    """The names of the student's classes that `model` actually contains."""
+    kinds = {(type(m).__module__, type(m).__name__) for m in model.modules()}
+    return [
+        name for name, (_, mine, _) in parts.items() if (mine.__module__, mine.__name__) in kinds
+    ]
+
+
 def _modules_building(model: type) -> list[types.ModuleType]:
     """The reference modules whose names construct `model`: its own module, then, recursively,
     the modules of the transformer_lab classes those modules use."""
@@ -535,20 +551,25 @@ def built_from_yours(model: type, quiet: bool = False) -> type:
     Returns `model` itself when none of its parts are the student's (or in grading mode).
     """
     modules = _modules_building(model)
-    parts = [
+    candidates = [
         name
         for name, (reference, _, _) in your_parts(exclude=model.__name__).parts.items()
         if any(vars(m).get(name) is reference for m in modules)
     ]
-    if not parts:
+    if not candidates:
         return model
-    if not quiet:
-        print(f"{model.__name__}: uses YOUR {', '.join(parts)} where they fit (else the reference)")
 
     def __init__(self, *args, **kwargs):
         with your_parts(exclude=model.__name__) as swapped:
             model.__init__(self, *args, **kwargs)
         _fit_instances(self, swapped.parts)
+        if not quiet:  # what this model is really made of (a part may fall back to the reference)
+            mine = _parts_in(self, swapped.parts)
+            _tell(
+                f"{model.__name__}: built from YOUR {', '.join(mine)} (the reference for the rest)"
+                if mine
+                else f"{model.__name__}: none of your parts fit this model; it is the reference"
+            )
         attention = [m for m in self.modules() if hasattr(type(m), "supports_cache")]
         self.supports_cache = all(type(m).supports_cache for m in attention)
 

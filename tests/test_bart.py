@@ -749,3 +749,23 @@ def test_mutant_relu_instead_of_gelu():
     for block in [*ours.encoder, *ours.decoder]:
         block.ffn.activation = "relu"
     assert parity_error(hf, ours, "cpu") > 1e-3
+
+
+def test_untrained_bart_predicts_near_uniformly():
+    """The tied output layer starts at BART's init_std (0.02): the untrained loss is about ln V.
+    (Mutant: PyTorch's N(0, 1) embedding made h Eᵀ of size √d_model, an initial loss of ~57.)"""
+    torch.manual_seed(0)
+    model = BART(100, 64, 4, 2, 2, 128, max_position=64)
+    src, tgt = torch.randint(3, 100, (8, 24)), torch.randint(3, 100, (8, 24))
+    with torch.no_grad():
+        loss = nn.functional.cross_entropy(
+            model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten()
+        )
+    assert abs(loss.item() - math.log(100)) < 0.3, loss
+    assert model.shared.weight[model.pad_id].abs().sum() == 0
+    with torch.no_grad():
+        nn.init.normal_(model.shared.weight)  # the mutant
+        loss = nn.functional.cross_entropy(
+            model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten()
+        )
+    assert loss.item() > 2 * math.log(100)

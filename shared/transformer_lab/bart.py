@@ -330,6 +330,11 @@ class BART(nn.Module):
         self.embed_scale = math.sqrt(d_model) if scale_embedding else 1.0
 
         self.shared = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)  # E
+        # BART's init_std: E is also the output layer, and N(0, 1) rows would start the logits
+        # h Eᵀ at a scale of √d_model (an initial loss of ~50 instead of ln V)
+        nn.init.normal_(self.shared.weight, std=0.02)
+        with torch.no_grad():
+            self.shared.weight[pad_id].zero_()
         self.encoder_positions = BartLearnedPositions(max_position, d_model)
         self.decoder_positions = BartLearnedPositions(max_position, d_model)
         self.encoder_layernorm_embedding = LayerNorm(d_model, eps)

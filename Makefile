@@ -11,7 +11,8 @@ TORCH_SPEC ?= torch==2.13.0
 PORT   ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: lab test install lint format exercises benchmark clean
+.PHONY: lab test install lint format exercises benchmark clean \
+	release collect grade feedback export report
 
 install: $(STAMP)
 
@@ -65,6 +66,38 @@ benchmark: $(STAMP)
 	$(PY) benchmarks/bench_gpt_step.py
 	$(PY) benchmarks/check_latency.py
 	$(PY) benchmarks/notebook_times.py
+
+# Instructors: one target per step, e.g.
+#   make release ASSIGNMENT=02_qkv_attention [EXCHANGE=/srv/nbgrader/exchange]
+#   make collect ASSIGNMENT=02_qkv_attention SOURCE=canvas.zip SUBMISSIONS=submitted/
+#   make grade   ASSIGNMENT=02_qkv_attention SUBMISSIONS=submitted/ JOBS=2 [OUT=grades.csv] [FORCE=1]
+#   make feedback ASSIGNMENT=02_qkv_attention ; make report ASSIGNMENT=02_qkv_attention ; make export
+ASSIGNMENT  ?=
+SUBMISSIONS ?= autograder/work/collected/$(ASSIGNMENT)
+SOURCE      ?=
+EXCHANGE    ?=
+OUT         ?= grades.csv
+JOBS        ?= 2
+FORCE       ?=
+TL          := HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m transformer_lab.cli
+
+release: $(STAMP)
+	$(TL) release $(ASSIGNMENT) $(if $(EXCHANGE),--exchange $(EXCHANGE))
+
+collect: $(STAMP)
+	$(TL) collect $(SOURCE) $(ASSIGNMENT) --out $(SUBMISSIONS)
+
+grade: $(STAMP)
+	$(TL) grade $(ASSIGNMENT) $(SUBMISSIONS) --out $(OUT) --jobs $(JOBS) $(if $(FORCE),--force)
+
+feedback: $(STAMP)
+	$(TL) feedback $(ASSIGNMENT)
+
+export: $(STAMP)
+	$(TL) export --out $(OUT)
+
+report: $(STAMP)
+	$(TL) report $(ASSIGNMENT)
 
 clean:
 	rm -rf $(VENV) autograder/work .pytest_cache

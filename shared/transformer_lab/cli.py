@@ -2,8 +2,16 @@
 
     generate [ASSIGNMENT ...]      regenerate exercises/ from solutions/ (all lessons by default)
     autograde ASSIGNMENT NB.ipynb  grade submitted notebook(s) for one student; prints the scores
-    feedback ASSIGNMENT            write feedback HTML (hidden tests removed) for graded students
     progress                       which parts of your own package are yours
+
+Instructors (one command per step; see INSTRUCTORS.md):
+    release ASSIGNMENT [--exchange DIR]           generate + hand out
+    collect SOURCE ASSIGNMENT --out DIR            exchange / LMS zip or folder -> nbgrader layout
+    grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--students ...]
+                                                   sandboxed, parallel, resumable autograding
+    feedback ASSIGNMENT [--student S ...]          feedback HTML per student (no hidden tests)
+    export [--out grades.csv] [--assignment A]     CSV of every result record
+    report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
 
 nbgrader only finds its configuration in the current folder, so every nbgrader step runs with
 ``autograder/`` as its working directory; ``--course-dir`` grades a copy of the course instead
@@ -204,11 +212,54 @@ def main(argv: list[str] | None = None) -> int:
         "--student", default=None, help="student id (default: all; 'student' when submitting)"
     )
 
-    p = sub.add_parser("feedback", help="feedback HTML for autograded submissions")
+    p = sub.add_parser("feedback", help="feedback HTML per student (hidden tests never shown)")
     p.add_argument("assignment")
-    p.add_argument("--student")
+    p.add_argument("--student", nargs="*", help="only these students (default: all graded)")
 
     sub.add_parser("progress", help="which parts of your package are yours")
+
+    p = sub.add_parser("release", help="generate an assignment and hand it out")
+    p.add_argument("assignment")
+    p.add_argument(
+        "--exchange", type=Path, help="nbgrader exchange root (default: none, for an LMS)"
+    )
+
+    p = sub.add_parser("collect", help="exchange or LMS download -> <out>/<student>/<assignment>/")
+    p.add_argument("source", type=Path, help="exchange root, inbound/ folder, LMS zip or folder")
+    p.add_argument("assignment")
+    p.add_argument("--out", type=Path, required=True, help="folder for the nbgrader layout")
+    p.add_argument(
+        "--pattern", help="regex with a group (?P<student>…) (and optionally (?P<file>…))"
+    )
+
+    p = sub.add_parser("grade", help="grade every submission in a sandbox; write grades.csv")
+    p.add_argument("assignment")
+    p.add_argument(
+        "submissions", type=Path, help="folder <student>/<assignment>/*.ipynb, or an LMS zip"
+    )
+    p.add_argument("--out", type=Path, default=Path("grades.csv"), help="CSV (default grades.csv)")
+    p.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
+    p.add_argument("--force", action="store_true", help="regrade students already graded")
+    p.add_argument("--students", nargs="*", help="only these students")
+    p.add_argument("--memory-gib", type=float, default=4.0, help="memory cap per job (default 4)")
+    p.add_argument(
+        "--wall-seconds", type=float, default=900.0, help="cap per notebook (default 900)"
+    )
+    p.add_argument("--cell-timeout", type=float, help="per-cell timeout (default: nbgrader_config)")
+    p.add_argument("--no-sandbox", action="store_true", help="no namespaces (rlimits only)")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the clean re-check (only for tests that are not transformer_lab checks)",
+    )
+
+    p = sub.add_parser("export", help="CSV of every graded submission")
+    p.add_argument("--out", type=Path, default=Path("grades.csv"))
+    p.add_argument("--assignment", help="only this assignment")
+
+    p = sub.add_parser("report", help="class report for an assignment")
+    p.add_argument("assignment")
+    p.add_argument("--out-dir", type=Path, help="default: autograder/work/reports/ASSIGNMENT")
 
     args = parser.parse_args(argv)
     if args.command == "progress":
@@ -228,8 +279,60 @@ def main(argv: list[str] | None = None) -> int:
             if student in ("*", who):
                 print(f"{who} {lesson}/{name}: {score:g} / {max_score:g}")
     elif args.command == "feedback":
-        for path in feedback(root, args.assignment, args.student):
+        from .instructor.feedback import feedback as student_feedback
+
+        for path in student_feedback(root, args.assignment, args.student or None):
             print(path)
+    else:
+        return _instructor(root, args)
+    return 0
+
+
+def _instructor(root: Path, args: argparse.Namespace) -> int:
+    """The instructor's commands (modules imported only when used)."""
+    if args.command == "release":
+        from .instructor.release import release
+
+        release(root, args.assignment, args.exchange)
+    elif args.command == "collect":
+        from .instructor.collect import collect
+
+        result = collect(args.source, args.assignment, args.out, pattern=args.pattern)
+        print(result.summary())
+        return 1 if result.unattributed else 0
+    elif args.command == "grade":
+        from .instructor.grade import grade
+        from .instructor.sandbox import GiB, Limits
+
+        _require_lesson(root, args.assignment)
+        limits = Limits(
+            memory_bytes=int(args.memory_gib * GiB),
+            wall_seconds=args.wall_seconds,
+            cell_timeout=args.cell_timeout,
+        )
+        records = grade(
+            root,
+            args.assignment,
+            args.submissions,
+            out=args.out,
+            jobs=args.jobs,
+            force=args.force,
+            students=args.students,
+            limits=limits,
+            isolate=not args.no_sandbox,
+            verify=not args.no_verify,
+        )
+        bad = sum(r["status"] != "graded" for r in records)
+        print(f"{len(records)} students in {args.out} ({bad} ungradable)")
+    elif args.command == "export":
+        from .instructor.export import export
+
+        print(export(root, args.out, args.assignment))
+    elif args.command == "report":
+        from .instructor.report import build_report
+
+        out_dir = args.out_dir or root / "autograder" / "work" / "reports" / args.assignment
+        print(build_report(root, args.assignment, out_dir))
     return 0
 
 

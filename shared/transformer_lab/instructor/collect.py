@@ -1,0 +1,292 @@
+"""Collect submissions into nbgrader's layout `<out>/<student>/<assignment>/<files>`.
+
+`collect(source, assignment, out)` accepts:
+
+- the nbgrader exchange (JupyterHub): `source` is the exchange root holding
+  `<course_id>/inbound/<student>+<assignment>+<timestamp>[+<random>]/`, or that `inbound/`
+  folder itself. The latest submission of each student (by the timestamp in the folder name)
+  is taken.
+- a folder already in nbgrader's layout (`<student>/<assignment>/*.ipynb`): copied as is.
+- an LMS download, as a zip or the folder it unpacks to. A file is attributed to a student by
+  the first of these patterns that matches its path inside the download:
+    1. `--pattern REGEX` (yours; a named group `student` is required, `file` optional), e.g.
+       `r"(?P<student>s\\d{7})-(?P<file>.+)"`;
+    2. Canvas: `<student>[_LATE]_<user id>_<submission id>_<file>`, e.g.
+       `alice_12345_67890_02_qkv_attention.ipynb` -> student `alice`;
+    3. Moodle: a folder `<Full Name>_<participant id>_assignsubmission_file_/<file>`
+       -> student `full_name` (lower case, spaces as `_`);
+    4. a folder per student: `<student>/<file>` or `<student>/<assignment>/<file>`;
+    5. a notebook named by the student at the top: `<student>.ipynb` (ids without `_`).
+  Student ids must be letters, digits, `.`, `_`, `@`, `-`. A file no pattern attributes is
+  reported (`Collected.unattributed`, with the reason), never silently dropped; OS junk
+  (`__MACOSX/`, `.DS_Store`, `Thumbs.db`) is listed as ignored. A notebook renamed by the LMS
+  (`02_qkv_attention-1.ipynb`) is fine: grading renames a single misnamed notebook.
+
+Zip files are unpacked safely: no absolute paths, no `..`, no links, at most `MAX_MEMBERS`
+members, `MAX_FILE_BYTES` per file and `MAX_TOTAL_BYTES` in all, counted while unpacking (the
+sizes the zip claims are not trusted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import shutil
+import stat
+import tempfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from .grade import STUDENT_ID
+
+MAX_MEMBERS = 20_000
+MAX_FILE_BYTES = 100 << 20
+MAX_TOTAL_BYTES = 2 << 30
+JUNK = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}
+
+CANVAS = re.compile(
+    r"^(?P<student>[A-Za-z0-9.@-]+?)(?:_LATE|_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$"
+)
+MOODLE = re.compile(
+    r"^(?P<student>[^/]+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_?/(?:.*/)?(?P<file>[^/]+)$"
+)
+FOLDER = re.compile(r"^(?P<student>[^/]+)/(?P<file>.+)$")
+NAMED = re.compile(r"^(?P<student>[A-Za-z0-9.@-]+)\.ipynb$")
+
+
+@dataclasses.dataclass
+class Collected:
+    out: Path
+    kind: str  # "exchange", "nbgrader", "lms"
+    students: dict[str, list[str]]  # student -> files placed
+    unattributed: list[tuple[str, str]]  # (file, why)
+    ignored: list[str]
+
+    def summary(self) -> str:
+        lines = [f"collected {len(self.students)} students ({self.kind}) into {self.out}"]
+        lines += [f"  NOT ATTRIBUTED: {name}: {why}" for name, why in self.unattributed]
+        if self.ignored:
+            lines.append(f"  ignored: {', '.join(self.ignored[:20])}")
+        return "\n".join(lines)
+
+
+class UnsafeZip(ValueError):
+    pass
+
+
+def safe_extract(archive: Path, dest: Path) -> list[str]:
+    """Unpack `archive` into `dest`; refuse traversal, links, bombs. Returns the member names."""
+    names = []
+    total = 0
+    with zipfile.ZipFile(archive) as zf:
+        members = zf.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise UnsafeZip(f"{archive.name} has {len(members)} members (limit {MAX_MEMBERS})")
+        for info in members:
+            name = info.filename.replace("\\", "/")
+            path = PurePosixPath(name)
+            if path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name):
+                raise UnsafeZip(f"{archive.name}: unsafe path {info.filename!r}")
+            if stat.S_ISLNK(info.external_attr >> 16):
+                raise UnsafeZip(f"{archive.name}: {info.filename!r} is a link")
+            if info.is_dir():
+                continue
+            target = dest.joinpath(*path.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            size = 0
+            with zf.open(info) as src, open(target, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    size += len(chunk)
+                    total += len(chunk)
+                    if size > MAX_FILE_BYTES:
+                        raise UnsafeZip(
+                            f"{archive.name}: {info.filename!r} is larger than {MAX_FILE_BYTES >> 20} MiB"
+                        )
+                    if total > MAX_TOTAL_BYTES:
+                        raise UnsafeZip(
+                            f"{archive.name}: more than {MAX_TOTAL_BYTES >> 30} GiB unpacked"
+                        )
+                    out.write(chunk)
+            names.append(name)
+    return names
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9.@-]+", "_", name.strip().lower()).strip("_")
+
+
+def attribute(
+    relative: str,
+    assignment: str,
+    pattern: re.Pattern | None = None,
+    namesakes: frozenset[str] = frozenset(),
+) -> tuple[str, str] | str:
+    """(student, file path inside the assignment folder) for a path in a download, or why not.
+
+    namesakes: Moodle names shared by several participant ids; those students get the id
+    appended (`ada_lovelace_123`, `ada_lovelace_456`), so their work never merges.
+    """
+    base = relative.rsplit("/", 1)[-1]
+    if pattern is not None:
+        match = pattern.search(relative)
+        if match:
+            return match["student"], (match.groupdict().get("file") or base)
+    if "/" not in relative and (match := CANVAS.match(base)):
+        return match["student"], match["file"]
+    if match := MOODLE.match(relative):
+        slug = _slug(match["student"])
+        return (f"{slug}_{match['uid']}" if slug in namesakes else slug), match["file"]
+    if match := FOLDER.match(relative):
+        rest = match["file"]
+        if rest.startswith(assignment + "/"):
+            rest = rest[len(assignment) + 1 :]
+        return match["student"], rest
+    if match := NAMED.match(relative):
+        return match["student"], base
+    return "no student id in the name (patterns: Canvas, Moodle, <student>/<file>, <student>.ipynb; or pass --pattern)"
+
+
+def collect(
+    source: Path,
+    assignment: str,
+    out: Path,
+    *,
+    pattern: str | None = None,
+    course_id: str = "transformer-lab",
+) -> Collected:
+    """Collect `source` (exchange, nbgrader layout, LMS zip or folder) into `out` (see module)."""
+    source, out = Path(source).resolve(), Path(out).resolve()
+    if not source.exists():
+        raise SystemExit(f"no such file or folder: {source}")
+    compiled = re.compile(pattern) if pattern else None
+    if compiled is not None and "student" not in compiled.groupindex:
+        raise SystemExit("--pattern needs a named group (?P<student>…)")
+    if source.is_file():
+        if not zipfile.is_zipfile(source):
+            raise SystemExit(f"{source.name} is neither a folder nor a zip file")
+        with tempfile.TemporaryDirectory(prefix="transformer-lab-collect-") as tmp:
+            try:
+                safe_extract(source, Path(tmp))
+            except (UnsafeZip, zipfile.BadZipFile) as error:
+                raise SystemExit(f"refusing the zip: {error}") from None
+            return _collect_folder(Path(tmp), assignment, out, compiled, course_id)
+    return _collect_folder(source, assignment, out, compiled, course_id)
+
+
+def _collect_folder(source: Path, assignment: str, out: Path, pattern, course_id: str) -> Collected:
+    inbound = next(
+        (p for p in (source / course_id / "inbound", source / "inbound") if p.is_dir()), None
+    )
+    if inbound is None and source.name == "inbound":
+        inbound = source
+    if inbound is not None:
+        return _collect_exchange(inbound, assignment, out)
+    if pattern is None and any(source.glob(f"*/{assignment}/*.ipynb")):
+        kind = "nbgrader"
+    else:
+        kind = "lms"
+    placed: dict[str, dict[str, Path]] = {}
+    unattributed, ignored = [], []
+    paths = sorted(p for p in source.rglob("*") if p.is_file() or p.is_symlink())
+    moodle_ids: dict[str, set[str]] = {}
+    for path in paths:
+        if match := MOODLE.match(path.relative_to(source).as_posix()):
+            moodle_ids.setdefault(_slug(match["student"]), set()).add(match["uid"])
+    namesakes = frozenset(name for name, ids in moodle_ids.items() if len(ids) > 1)
+    for path in paths:
+        relative = path.relative_to(source).as_posix()
+        if JUNK & set(path.relative_to(source).parts):
+            ignored.append(relative)
+            continue
+        if path.is_symlink():
+            unattributed.append((relative, "a link (not followed)"))
+            continue
+        found = attribute(relative, assignment, pattern, namesakes)
+        if isinstance(found, str):
+            unattributed.append((relative, found))
+            continue
+        student, name = found
+        if not STUDENT_ID.match(student):
+            unattributed.append((relative, f"{student!r} is not a usable student id"))
+            continue
+        files = placed.setdefault(student, {})
+        name = name.lstrip("/")
+        if name in files and files[name].read_bytes() != path.read_bytes():
+            stem, dot, ext = name.rpartition(".")
+            name = f"{stem}-{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}{dot}{ext}"
+        files[name] = path
+    students = {}
+    for student, files in placed.items():
+        students[student] = _place(out / student / assignment, files)
+    result = Collected(out, kind, students, unattributed, ignored)
+    _write_report(result)
+    return result
+
+
+def _place(dest: Path, files: dict[str, Path]) -> list[str]:
+    """Replace `dest` with exactly these files (a re-collect leaves no stale ones)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name, path in files.items():
+        target = dest.joinpath(*PurePosixPath(name).parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return sorted(files)
+
+
+def _collect_exchange(inbound: Path, assignment: str, out: Path) -> Collected:
+    from nbgrader.utils import parse_utc
+
+    latest: dict[str, tuple] = {}
+    unattributed, ignored = [], []
+    for folder in sorted(p for p in inbound.iterdir() if p.is_dir()):
+        parts = folder.name.split("+")
+        if len(parts) < 3:
+            unattributed.append((folder.name, "not <student>+<assignment>+<timestamp>[+<random>]"))
+            continue
+        student, name, stamp = parts[0], parts[1], parts[2]
+        if name != assignment:
+            ignored.append(folder.name)
+            continue
+        if not STUDENT_ID.match(student):
+            unattributed.append((folder.name, f"{student!r} is not a usable student id"))
+            continue
+        try:
+            when = parse_utc(stamp)
+        except Exception:
+            unattributed.append((folder.name, f"unreadable timestamp {stamp!r}"))
+            continue
+        if student not in latest or when > latest[student][0]:
+            if student in latest:
+                ignored.append(f"{latest[student][1].name} (older submission)")
+            latest[student] = (when, folder)
+        else:
+            ignored.append(f"{folder.name} (older submission)")
+    students = {}
+    for student, (_, folder) in sorted(latest.items()):
+        files = {
+            p.relative_to(folder).as_posix(): p
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and not p.is_symlink() and not (JUNK & set(p.relative_to(folder).parts))
+        }
+        students[student] = _place(out / student / assignment, files)
+    result = Collected(out, "exchange", students, unattributed, ignored)
+    _write_report(result)
+    return result
+
+
+def _write_report(result: Collected) -> None:
+    result.out.mkdir(parents=True, exist_ok=True)
+    (result.out / ".collect_report.json").write_text(
+        json.dumps(
+            {
+                "kind": result.kind,
+                "students": result.students,
+                "unattributed": result.unattributed,
+                "ignored": result.ignored,
+            },
+            indent=1,
+        )
+    )

@@ -1,0 +1,577 @@
+"""The class report: what the class got right, what it got wrong, and what to re-teach.
+
+``build_report(course, assignment, out_dir)`` reads the result records that grading wrote
+(``<course>/autograder/work/results/<assignment>/<student>.json``, one per student) and the
+released notebook (``exercises/<assignment>/``, for the graded cells, their points and the checks
+they call), then writes into ``out_dir``:
+
+- ``report.html`` and ``report.md``: the same tables, for a browser and for a text editor;
+- ``score_distribution.png``: a histogram of the graded students' scores, the maximum marked;
+- ``summary.json``: every number of the report, for other tools.
+
+Counting rules (all counts are *students*, never cells or lines of output):
+- pass rate of a graded cell = graded students who passed it / graded students;
+- pass rate of an exercise = graded students who passed every cell calling its check / graded;
+- a *named mistake* is a sentence of the exercise's catalogue
+  (``transformer_lab.check.EXERCISES[name].mistakes[i].sentence``) found in a failed cell's
+  output; a student who makes it in several cells counts once;
+- an *unnamed failure* is a failed cell whose output names no catalogued mistake, grouped by its
+  exception type (a failed check is split into wrong shape, wrong values, wrong gradient, ...).
+Ungradable students are counted apart (with their reasons) and left out of the scores and rates.
+A record file that cannot be read is listed under "Problems", never fatal.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import nbformat
+
+REPORT_FILES = ("report.html", "report.md", "score_distribution.png", "summary.json")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
+EXCEPTION_LINE = re.compile(
+    r"^\s*(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Failed|Exit|Interrupt|Yourself))\b"
+)
+TOP_N = 5
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs: result records and the released notebook.
+
+
+def results_dir(course: Path, assignment: str) -> Path:
+    return Path(course) / "autograder" / "work" / "results" / assignment
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _validate(record, assignment: str) -> dict:
+    """A cleaned copy of one record; ValueError saying what is wrong with it."""
+    if not isinstance(record, dict):
+        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
+    status = record.get("status")
+    if status not in ("graded", "ungradable"):
+        raise ValueError(f"status is {status!r}, not 'graded' or 'ungradable'")
+    if record.get("assignment", assignment) != assignment:
+        raise ValueError(f"record is for assignment {record.get('assignment')!r}")
+    cells = record.get("cells") or {}
+    if not isinstance(cells, dict):
+        raise ValueError("cells is not an object")
+    clean_cells = {}
+    for grade_id, cell in cells.items():
+        if not isinstance(cell, dict):
+            raise ValueError(f"cell {grade_id!r} is not an object")
+        score = _number(cell.get("score", 0.0))
+        max_score = _number(cell.get("max_score", 0.0))
+        exercises = cell.get("exercises") or []
+        if not isinstance(exercises, list):
+            raise ValueError(f"cell {grade_id!r}: exercises is not a list")
+        passed = cell.get("passed")
+        clean_cells[str(grade_id)] = {
+            "score": score,
+            "max_score": max_score,
+            "passed": bool(passed) if passed is not None else score >= max_score > 0,
+            "exercises": [str(e) for e in exercises],
+            "output": str(cell.get("output") or ""),
+        }
+    flags = record.get("flags") or []
+    if not isinstance(flags, list):
+        raise ValueError("flags is not a list")
+    return {
+        "student": str(record.get("student", "")),
+        "status": status,
+        "reason": None if record.get("reason") is None else str(record["reason"]),
+        "score": _number(record.get("score", 0.0)),
+        "max_score": _number(record.get("max_score", 0.0)),
+        "cells": clean_cells,
+        "flags": [str(f) for f in flags],
+    }
+
+
+def load_records(course: Path, assignment: str) -> tuple[dict[str, dict], list[str]]:
+    """({student: record}, [problem, ...]) from the results folder of one assignment.
+
+    The student is the file's name (``alice.json`` -> ``alice``). Files that are not valid JSON or
+    not a valid record are listed as problems and left out; half-written temporary files
+    (hidden names, other suffixes) are ignored.
+    """
+    folder = results_dir(course, assignment)
+    records, problems = {}, []
+    if not folder.is_dir():
+        return records, [f"no results folder {folder}: grade the assignment first"]
+    for path in sorted(folder.glob("*.json")):
+        if path.name.startswith("."):
+            continue
+        student = path.stem
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            record = _validate(raw, assignment)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as error:
+            problems.append(f"{path.name}: unreadable record ({type(error).__name__}: {error})")
+            continue
+        if record["student"] and record["student"] != student:
+            problems.append(
+                f"{path.name}: the record names student {record['student']!r}; counted as {student!r}"
+            )
+        record["student"] = student
+        records[student] = record
+    return records, problems
+
+
+def released_cells(course: Path, assignment: str, catalogue: dict | None = None) -> dict:
+    """{grade_id: {"max_score": points, "exercises": [check names]}} in notebook order.
+
+    Read from the released notebook(s) in ``exercises/<assignment>/``: every cell with points,
+    and the ``check.<name>(...)`` calls in its source (restricted to the catalogue when given).
+    """
+    cells = {}
+    for path in sorted((Path(course) / "exercises" / assignment).glob("*.ipynb")):
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception:  # a broken release is reported by the counts, not fatal here
+            continue
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if not meta.get("grade") or "grade_id" not in meta:
+                continue
+            names = list(dict.fromkeys(CHECK_CALL.findall(cell.source)))
+            if catalogue is not None:
+                names = [n for n in names if n in catalogue]
+            cells[meta["grade_id"]] = {
+                "max_score": float(meta.get("points", 0) or 0),
+                "exercises": names,
+            }
+    return cells
+
+
+def mistake_catalogue(assignment: str | None = None) -> dict[str, list[str]]:
+    """{exercise name: [mistake sentences]} from transformer_lab.check (all lessons)."""
+    from transformer_lab import check
+
+    return {name: [m.sentence for m in ex.mistakes] for name, ex in check.EXERCISES.items()}
+
+
+def _lesson_exercises(assignment: str) -> list[str]:
+    """The check names registered for the assignment's lesson number (``02_x`` -> lesson "02")."""
+    from transformer_lab import check
+
+    number = assignment.split("_")[0]
+    return [name for name, ex in check.EXERCISES.items() if ex.lesson == number]
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a failed cell's output.
+
+
+def _normalise(text: str) -> str:
+    return " ".join(ANSI.sub("", text).split())
+
+
+def named_mistakes(output: str, exercises: list[str], catalogue: dict) -> list[tuple[str, str]]:
+    """[(exercise, sentence)] of the catalogued mistakes whose sentence is in the output."""
+    text = _normalise(output)
+    found = []
+    for exercise in exercises:
+        for sentence in catalogue.get(exercise, []):
+            if _normalise(sentence) and _normalise(sentence) in text:
+                found.append((exercise, sentence))
+    return found
+
+
+def failure_kind(output: str) -> str:
+    """What kind of failure an output shows: the exception type, a failed check split by cause."""
+    lines = ANSI.sub("", output).splitlines()
+    kind, message = None, ""
+    for line in reversed(lines):  # the last exception line is the one that ended the cell
+        match = EXCEPTION_LINE.match(line)
+        if match:
+            kind, message = match.group(1), line[match.end() :]
+            break
+    if kind is None:
+        return "no error message" if not output.strip() else "failed without an exception"
+    if kind == "NotImplementedError":
+        return "NotImplementedError (not attempted)"
+    if kind in ("CheckFailed", "AssertionError"):
+        text = _normalise(message + " " + " ".join(lines[-5:]))
+        for needle, cause in (
+            ("should be a tensor", "not a tensor"),
+            ("has shape", "wrong shape"),
+            ("has dtype", "wrong dtype"),
+            ("is on device", "wrong device"),
+            ("contains nan", "NaN in the output"),
+            ("contains inf", "inf in the output"),
+            ("gradient", "wrong gradient"),
+        ):
+            if needle in text.lower():
+                return f"{kind}: {cause}"
+        return f"{kind}: wrong values"
+    return kind
+
+
+def count_mistakes(records: dict, cells: dict, catalogue: dict, fallback: list[str]):
+    """Students per named mistake and per unnamed failure kind, over the graded students.
+
+    Returns (named, unnamed): named maps (exercise, sentence) -> set of students, unnamed maps
+    (exercise or "-", kind) -> set of students. A student counts once per mistake, however many of
+    their cells show it.
+    """
+    named: dict[tuple[str, str], set[str]] = defaultdict(set)
+    unnamed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for student, record in records.items():
+        if record["status"] != "graded":
+            continue
+        for grade_id, cell in record["cells"].items():
+            if cell["passed"]:
+                continue
+            exercises = (
+                cell["exercises"] or cells.get(grade_id, {}).get("exercises") or list(fallback)
+            )
+            found = named_mistakes(cell["output"], exercises, catalogue)
+            for key in found:
+                named[key].add(student)
+            if not found:
+                exercise = exercises[0] if len(exercises) == 1 else "-"
+                unnamed[(exercise, failure_kind(cell["output"]))].add(student)
+    return named, unnamed
+
+
+def _reason_group(reason: str | None) -> str:
+    """Ungradable reasons grouped by their first clause ("timeout: cell 3 ran 240 s" -> "timeout")."""
+    text = (reason or "no reason recorded").strip()
+    head = re.split(r"[:(\n]", text, maxsplit=1)[0].strip()
+    return (head or text)[:80]
+
+
+# ----------------------------------------------------------------------------------------------
+# The summary (all numbers of the report).
+
+
+def summarise(
+    assignment: str,
+    records: dict,
+    cells: dict,
+    catalogue: dict,
+    problems: list[str] | None = None,
+    fallback: list[str] | None = None,
+    top_n: int = TOP_N,
+) -> dict:
+    """Every number of the report as plain JSON-ready data."""
+    problems = list(problems or [])
+    graded = {s: r for s, r in records.items() if r["status"] == "graded"}
+    ungradable = {s: r for s, r in records.items() if r["status"] == "ungradable"}
+    max_score = sum(c["max_score"] for c in cells.values()) if cells else 0.0
+    if not max_score and records:
+        max_score = max(r["max_score"] for r in records.values())
+    for student, record in records.items():
+        if cells and record["max_score"] != max_score:
+            problems.append(
+                f"{student}: max_score {record['max_score']:g} differs from the released "
+                f"notebook's {max_score:g}"
+            )
+    scores = sorted(r["score"] for r in graded.values())
+    n = len(graded)
+
+    # Cells: those of the released notebook in order, then any only the records know.
+    cell_ids = list(cells)
+    for record in graded.values():
+        cell_ids += [g for g in record["cells"] if g not in cell_ids]
+    cell_rows = []
+    for grade_id in cell_ids:
+        passed = sum(1 for r in graded.values() if r["cells"].get(grade_id, {}).get("passed"))
+        exercises = cells.get(grade_id, {}).get("exercises") or sorted(
+            {e for r in graded.values() for e in r["cells"].get(grade_id, {}).get("exercises", [])}
+        )
+        cell_rows.append(
+            {
+                "grade_id": grade_id,
+                "exercises": list(exercises),
+                "max_score": cells.get(grade_id, {}).get("max_score"),
+                "passed": passed,
+                "graded": n,
+                "pass_rate": passed / n if n else None,
+            }
+        )
+
+    # Exercises: passed when every cell calling its check passed.
+    exercise_cells: dict[str, list[str]] = defaultdict(list)
+    for row in cell_rows:
+        for exercise in row["exercises"]:
+            exercise_cells[exercise].append(row["grade_id"])
+    named, unnamed = count_mistakes(records, cells, catalogue, fallback or [])
+    exercise_rows = []
+    for exercise, ids in exercise_cells.items():
+        passed = sum(
+            1 for r in graded.values() if all(r["cells"].get(g, {}).get("passed") for g in ids)
+        )
+        mistakes = sorted(
+            ((len(who), sentence) for (ex, sentence), who in named.items() if ex == exercise),
+            key=lambda item: (-item[0], item[1]),
+        )
+        exercise_rows.append(
+            {
+                "exercise": exercise,
+                "cells": ids,
+                "passed": passed,
+                "graded": n,
+                "pass_rate": passed / n if n else None,
+                "top_mistakes": [{"sentence": s, "students": c} for c, s in mistakes[:top_n]],
+            }
+        )
+
+    top = sorted(
+        (
+            {"exercise": ex, "sentence": sentence, "students": len(who)}
+            for (ex, sentence), who in named.items()
+        ),
+        key=lambda item: (-item["students"], item["exercise"], item["sentence"]),
+    )
+    unnamed_rows = sorted(
+        (
+            {"exercise": ex, "kind": kind, "students": len(who)}
+            for (ex, kind), who in unnamed.items()
+        ),
+        key=lambda item: (-item["students"], item["exercise"], item["kind"]),
+    )
+    reasons = Counter(_reason_group(r["reason"]) for r in ungradable.values())
+    return {
+        "assignment": assignment,
+        "max_score": max_score,
+        "students": len(records),
+        "graded": n,
+        "ungradable": len(ungradable),
+        "ungradable_reasons": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "ungradable_students": {s: r["reason"] for s, r in sorted(ungradable.items())},
+        "mean": statistics.fmean(scores) if scores else None,
+        "median": statistics.median(scores) if scores else None,
+        "full_marks": sum(1 for s in scores if max_score and s >= max_score),
+        "scores": {s: r["score"] for s, r in sorted(graded.items())},
+        "cells": cell_rows,
+        "exercises": exercise_rows,
+        "top_mistakes": top[: 2 * top_n],
+        "unnamed_failures": unnamed_rows,
+        "flagged": {s: r["flags"] for s, r in sorted(records.items()) if r["flags"]},
+        "problems": problems,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs.
+
+
+def plot_scores(scores: list[float], max_score: float, path: Path, title: str = "") -> Path:
+    """Histogram of the scores with the maximum marked (matplotlib's Agg canvas, no display)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    top = max([max_score, *scores, 1.0])
+    if all(float(x).is_integer() for x in [*scores, max_score]):  # whole points: whole-point bins
+        width = float(max(1, math.ceil(top / 25)))
+    else:
+        width = top / 20 if top > 10 else 0.5
+    edges = [i * width - width / 2 for i in range(int(top / width) + 2)]
+    if scores:
+        ax.hist(scores, bins=edges, color="#4c72b0", edgecolor="white")
+    ax.axvline(max_score, color="#c44e52", linestyle="--", label=f"max score {max_score:g}")
+    if scores:
+        mean = sum(scores) / len(scores)
+        ax.axvline(mean, color="#555555", linestyle=":", label=f"mean {mean:.1f}")
+    ax.set_xlabel("score")
+    ax.set_ylabel("students")
+    ax.set_xlim(edges[0], max(edges[-1], top + width / 2))
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(title or f"{len(scores)} graded students")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
+def _num(value) -> str:
+    return "–" if value is None else f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _sections(summary: dict) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """The report as (title, intro, table header, table rows) sections, shared by MD and HTML."""
+    s = summary
+    sections = [
+        (
+            "Overview",
+            "",
+            ["measure", "value"],
+            [
+                ["students with a record", str(s["students"])],
+                ["graded", str(s["graded"])],
+                ["ungradable", str(s["ungradable"])],
+                ["max score", _num(s["max_score"])],
+                ["mean score (graded)", _num(s["mean"])],
+                ["median score (graded)", _num(s["median"])],
+                ["full marks", str(s["full_marks"])],
+                ["flagged for review", str(len(s["flagged"]))],
+            ],
+        ),
+        (
+            "Pass rate per exercise",
+            "Passed = every test cell calling the exercise's check passed; rate over graded students.",
+            ["exercise", "cells", "passed", "pass rate"],
+            [
+                [e["exercise"], ", ".join(e["cells"]), f"{e['passed']} / {e['graded']}"]
+                + [_pct(e["pass_rate"])]
+                for e in s["exercises"]
+            ],
+        ),
+        (
+            "Pass rate per graded cell",
+            "",
+            ["grade id", "points", "checks", "passed", "pass rate"],
+            [
+                [c["grade_id"], _num(c["max_score"]), ", ".join(c["exercises"])]
+                + [f"{c['passed']} / {c['graded']}", _pct(c["pass_rate"])]
+                for c in s["cells"]
+            ],
+        ),
+        (
+            "Most frequent named mistakes (what to re-teach)",
+            "Students whose failed output names the catalogued mistake (each student counted once).",
+            ["students", "exercise", "mistake"],
+            [[str(m["students"]), m["exercise"], m["sentence"]] for m in s["top_mistakes"]],
+        ),
+    ]
+    for e in s["exercises"]:
+        if e["top_mistakes"]:
+            sections.append(
+                (
+                    f"Top mistakes: {e['exercise']}",
+                    "",
+                    ["students", "mistake"],
+                    [[str(m["students"]), m["sentence"]] for m in e["top_mistakes"]],
+                )
+            )
+    sections += [
+        (
+            "Unnamed failures",
+            "Failed cells that name no catalogued mistake, by the kind of error (students).",
+            ["students", "exercise", "kind"],
+            [[str(u["students"]), u["exercise"], u["kind"]] for u in s["unnamed_failures"]],
+        ),
+        (
+            "Ungradable submissions",
+            "These students appear in the export with the reason; they have no score here. "
+            + "; ".join(f"{reason}: {count}" for reason, count in s["ungradable_reasons"].items()),
+            ["student", "reason"],
+            [[student, reason or ""] for student, reason in s["ungradable_students"].items()],
+        ),
+        (
+            "Flagged submissions (review by hand)",
+            "",
+            ["student", "flags"],
+            [[student, "; ".join(flags)] for student, flags in s["flagged"].items()],
+        ),
+        (
+            "Problems",
+            "Record files that could not be used.",
+            ["problem"],
+            [[p] for p in s["problems"]],
+        ),
+    ]
+    return sections
+
+
+def _md_cell(text: str) -> str:
+    text = " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;")
+    return text.replace(">", "&gt;").replace("|", "\\|")
+
+
+def write_markdown(summary: dict, path: Path, plot_name: str) -> Path:
+    lines = [
+        f"# Class report: {summary['assignment']}",
+        "",
+        f"![score distribution]({plot_name})",
+        "",
+    ]
+    for title, intro, header, rows in _sections(summary):
+        lines += [f"## {title}", ""]
+        if intro:
+            lines += [intro, ""]
+        if not rows:
+            lines += ["(none)", ""]
+            continue
+        lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+        lines.append("|" + "---|" * len(header))
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def write_html(summary: dict, path: Path, plot_name: str) -> Path:
+    e = html.escape
+    title = f"Class report: {summary['assignment']}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(title)}</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin-bottom:1em}"
+        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}"
+        "th{background:#f3f3f3}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+        f'<p><img src="{e(plot_name)}" alt="score distribution"></p>',
+    ]
+    for section, intro, header, rows in _sections(summary):
+        parts.append(f"<h2>{e(section)}</h2>")
+        if intro:
+            parts.append(f"<p>{e(intro)}</p>")
+        if not rows:
+            parts.append("<p>(none)</p>")
+            continue
+        parts.append("<table>")
+        if any(header):
+            parts.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows]
+        parts.append("</table>")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
+
+
+def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
+    """Write report.html, report.md, score_distribution.png and summary.json; return report.html."""
+    course, out_dir = Path(course).resolve(), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    catalogue = mistake_catalogue()
+    records, problems = load_records(course, assignment)
+    cells = released_cells(course, assignment, catalogue)
+    if not cells:
+        problems.append(f"no released notebook with graded cells in exercises/{assignment}/")
+    summary = summarise(
+        assignment, records, cells, catalogue, problems, fallback=_lesson_exercises(assignment)
+    )
+    plot = plot_scores(
+        list(summary["scores"].values()),
+        summary["max_score"],
+        out_dir / "score_distribution.png",
+        title=f"{assignment}: {summary['graded']} graded, {summary['ungradable']} ungradable",
+    )
+    (out_dir / "summary.json").write_text(
+        json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    write_markdown(summary, out_dir / "report.md", plot.name)
+    return write_html(summary, out_dir / "report.html", plot.name)

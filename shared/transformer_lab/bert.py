@@ -102,6 +102,19 @@ def bert_mask_tokens(
 # --------------------------------------------------------------------------------------------
 
 
+def init_bert_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialisation (`initializer_range`): Linear and Embedding weights from N(0, std²),
+    biases and the padding row 0. PyTorch's N(0, 1) embeddings would make the tied MLM decoder's
+    first logits huge (a loss far above ln V) and slow pre-training down badly."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=std)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+    if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+        with torch.no_grad():
+            module.weight[module.padding_idx].zero_()
+
+
 class BertEmbeddings(nn.Module):
     """word + position + token type (segment) embeddings, then LayerNorm and dropout.
 
@@ -174,6 +187,7 @@ class BERT(nn.Module):
             for _ in range(n_layers)
         )
         self.pooler = nn.Linear(d_model, d_model)
+        self.apply(init_bert_weights)
 
     def forward(
         self,
@@ -238,6 +252,8 @@ class BertForPreTraining(nn.Module):
         self.bert = bert
         self.mlm = MaskedLMHead(bert.embeddings.word_embeddings, bert.embeddings.norm.eps)
         self.nsp = nn.Linear(bert.d_model, 2)
+        for head in (self.mlm.dense, self.nsp):
+            init_bert_weights(head)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None):
         hidden = self.bert(input_ids, token_type_ids, attention_mask)

@@ -383,27 +383,15 @@ def sample_next(
     logits (ties with the k-th are kept) and renormalises; k above V keeps everything.
     `generator` (a torch.Generator on the logits' device) makes the draw reproducible.
     """
-    require_ndim("logits", logits, 2, "(B, V)")
-    if not logits.is_floating_point():
-        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if generator is not None and generator.device.type != logits.device.type:
         raise ValueError(
             f"generator is on {generator.device} but logits are on {logits.device}; "
             f"make it with torch.Generator(device={str(logits.device)!r})"
         )
+    probs = next_token_probs(logits, temperature, top_k)  # checks the arguments
     if temperature == 0 or top_k == 1:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
-    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        return probs.argmax(dim=-1)  # greedy: nothing to draw
+    probs = probs.to(torch.promote_types(probs.dtype, torch.float32))
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 

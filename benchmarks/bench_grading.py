@@ -39,21 +39,10 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _course(tmp: Path, lesson: str) -> Path:
-    root = tmp / "course"
-    for part in ("solutions", "exercises"):
-        shutil.copytree(REPO / part / lesson, root / part / lesson)
-    (root / "autograder").mkdir()
-    for path in (REPO / "autograder").glob("*.py"):
-        shutil.copy(path, root / "autograder" / path.name)
-    cli.generate(root, [lesson], quiet=True)
-    return root
-
-
 def one_round(lesson: str, students: int, jobs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        course = _course(tmp, lesson)
+        course = cli.course_copy(REPO, tmp / "course", [lesson])
         notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
         for i in range(students):
             folder = tmp / "subs" / f"s{i:03d}" / lesson

@@ -13,7 +13,6 @@ import copy
 import csv
 import json
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -221,15 +220,8 @@ def _cases(course: Path) -> dict[str, bytes | dict[str, bytes]]:
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("course")
-    for part in ("solutions", "exercises"):
-        (root / part).mkdir()
-        shutil.copytree(REPO / part / LESSON, root / part / LESSON)
-    (root / "autograder").mkdir()
-    for path in (REPO / "autograder").glob("*.py"):
-        shutil.copy(path, root / "autograder" / path.name)
-    cli.generate(root, [LESSON], quiet=True)  # the course gradebook knows the lesson
-    return root
+    # the course gradebook knows the lesson
+    return cli.course_copy(REPO, tmp_path_factory.mktemp("c") / "course", [LESSON])
 
 
 @pytest.fixture(scope="module")

@@ -36,14 +36,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _course(tmp: Path, lessons=(LESSON,)) -> Path:
     """A minimal course folder: the lessons' solutions and exercises, the autograder config."""
-    root = tmp / "course"
-    for lesson in lessons:
-        shutil.copytree(REPO / "solutions" / lesson, root / "solutions" / lesson)
-        shutil.copytree(REPO / "exercises" / lesson, root / "exercises" / lesson)
-    (root / "autograder").mkdir(parents=True)
-    for path in (REPO / "autograder").glob("*.py"):
-        shutil.copy(path, root / "autograder" / path.name)
-    return root
+    return cli.course_copy(REPO, tmp / "course", list(lessons), generate_them=False)
 
 
 def _cell(score, max_score, passed, exercises, output=""):

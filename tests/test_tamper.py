@@ -556,18 +556,11 @@ DEMOS = ("lookup", "variance", "saturate", "widget", "heatmap", "layer-demo", "p
 
 
 def test_grade_run_gives_hostile_students_nothing_and_flags_them(tmp_path):
-    import shutil
 
     from transformer_lab import cli
     from transformer_lab.instructor import grade, sandbox
 
-    course = tmp_path / "course"
-    for part in ("solutions", "exercises"):
-        shutil.copytree(ROOT / part / L02, course / part / L02)
-    (course / "autograder").mkdir()
-    for path in (ROOT / "autograder").glob("*.py"):
-        shutil.copy(path, course / "autograder" / path.name)
-    cli.generate(course, [L02], quiet=True)
+    course = cli.course_copy(ROOT, tmp_path / "course", [L02])
 
     forbidden = """
 import torch.nn.functional as F

@@ -44,6 +44,21 @@ IGNORE_INDEX = -100  # label value that F.cross_entropy skips (its default ignor
 # --------------------------------------------------------------------------------------------
 
 
+def mask_draws(tokens: torch.Tensor, vocab_size: int, generator=None):
+    """The random numbers `bert_mask_tokens` uses, in its order: two uniforms per position (choose?
+    and which replacement?) and one random id per position, each tokens.shape.
+
+    Drawn on the generator's device, then moved: the same seed gives the same corruption anywhere.
+    """
+    device = generator.device if generator is not None else tokens.device
+    u_choose = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
+    u_how = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
+    random_ids = torch.randint(
+        0, vocab_size, tokens.shape, generator=generator, device=device, dtype=tokens.dtype
+    ).to(tokens.device)
+    return u_choose, u_how, random_ids
+
+
 def bert_mask_tokens(
     tokens: torch.Tensor,
     mask_id: int,
@@ -74,13 +89,7 @@ def bert_mask_tokens(
     if vocab_size < 1:
         raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
 
-    # Draw on the generator's device, then move: the same seed gives the same corruption anywhere.
-    device = generator.device if generator is not None else tokens.device
-    u_choose = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
-    u_how = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
-    random_ids = torch.randint(
-        0, vocab_size, tokens.shape, generator=generator, device=device, dtype=tokens.dtype
-    ).to(tokens.device)
+    u_choose, u_how, random_ids = mask_draws(tokens, vocab_size, generator)
 
     chosen = u_choose < p
     if special_ids is not None:

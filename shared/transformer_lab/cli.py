@@ -77,6 +77,22 @@ def generate(root: Path, names: list[str] | None = None, quiet: bool = False) ->
     return written
 
 
+def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: bool = True) -> Path:
+    """A course folder at `dest` holding only `lessons` (solutions, exercises and the autograder
+    configuration of `source`), for trial grading runs that must not touch the real gradebook;
+    with `generate_them` the lessons are generated, so its own gradebook knows them."""
+    dest = Path(dest)
+    for lesson in lessons:
+        for part in ("solutions", "exercises"):
+            shutil.copytree(Path(source) / part / lesson, dest / part / lesson)
+    (dest / "autograder").mkdir(parents=True)
+    for path in (Path(source) / "autograder").glob("*.py"):
+        shutil.copy(path, dest / "autograder" / path.name)
+    if generate_them:
+        generate(dest, list(lessons), quiet=True)
+    return dest
+
+
 def _normalise(path: Path) -> None:
     """Write with nbformat's canonical formatting (sorted keys, one trailing newline)."""
     nb = nbformat.read(path, as_version=4)

@@ -208,6 +208,19 @@ def _as_tuple(out) -> tuple:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def _identical(a, b) -> bool:
+    """Exactly equal tensors: same dtype, shape, device type and every entry (for exact results
+    such as masks and token ids)."""
+    return (
+        isinstance(a, torch.Tensor)
+        and isinstance(b, torch.Tensor)
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.device.type == b.device.type
+        and torch.equal(a.cpu(), b.cpu())
+    )
+
+
 def _fmt_index(flat_index: int, shape: torch.Size) -> str:
     index = []
     for size in reversed(shape):

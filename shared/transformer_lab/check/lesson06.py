@@ -12,6 +12,7 @@ from .engine import (
     Exercise,
     ImplementThisYourself,
     Mistake,
+    _identical,
     _register,
     _run,
     _run_student,
@@ -22,16 +23,6 @@ __all__ = ["alpha_22", "causal_mask", "padding_mask"]
 # ==============================================================================================
 # Lesson 06 — masking. Masks are exact (bool), so these checks compare exactly: the dtype, the
 # shape and every entry. The catalogue's mutants are matched on all three.
-
-
-def _identical(a, b) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.dtype == b.dtype
-        and a.shape == b.shape
-        and torch.equal(a, b)
-    )
 
 
 def _describe(expected: torch.Tensor, got) -> str:

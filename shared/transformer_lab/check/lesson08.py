@@ -26,6 +26,7 @@ from .engine import (
     ImplementThisYourself,
     Mistake,
     _compare_tensor,
+    _identical,
     _init_parameters,
     _register,
     _run,
@@ -138,17 +139,6 @@ _SHIFT_EX = _register(
         ],
     )
 )
-
-
-def _identical(a, b) -> bool:
-    return (
-        isinstance(a, torch.Tensor)
-        and isinstance(b, torch.Tensor)
-        and a.dtype == b.dtype
-        and a.shape == b.shape
-        and a.device.type == b.device.type
-        and torch.equal(a.cpu(), b.cpu())
-    )
 
 
 def _describe_ids(expected: torch.Tensor, got, what: str = "the targets") -> str:

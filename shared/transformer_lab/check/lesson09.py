@@ -57,17 +57,6 @@ Z_MATCH = 6.0  # two profiles "agree" on a fraction within this many standard de
 #                               special_ids=None) -> (inputs, labels)
 
 
-def _draws(tokens, vocab_size, generator):
-    """Two uniforms and one random id per position, drawn like the reference (on any device)."""
-    device = generator.device if generator is not None else tokens.device
-    u1 = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
-    u2 = torch.rand(tokens.shape, generator=generator, device=device).to(tokens.device)
-    r = torch.randint(
-        0, vocab_size, tokens.shape, generator=generator, device=device, dtype=tokens.dtype
-    ).to(tokens.device)
-    return u1, u2, r
-
-
 def _eligible(tokens, special_ids):
     if special_ids is None:
         return torch.ones_like(tokens, dtype=torch.bool)
@@ -85,7 +74,7 @@ def _corrupt(tokens, mask_id, chosen, to_mask, to_random, random_ids):
 def _ref_mask(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
     """The reference's algorithm, for building the mistakes (the reference itself is switched
     off while a student's function runs, and the mistakes run then too)."""
-    u1, u2, r = _draws(tokens, vocab_size, generator)
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
     chosen = (u1 < p) & _eligible(tokens, special_ids)
     to_mask = chosen & (u2 < 0.8)
     to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
@@ -93,7 +82,7 @@ def _ref_mask(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=N
 
 
 def _mask_all_masked(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
-    u1, _, _ = _draws(tokens, vocab_size, generator)
+    u1, _, _ = _bert.mask_draws(tokens, vocab_size, generator)
     chosen = (u1 < p) & _eligible(tokens, special_ids)
     inputs = tokens.masked_fill(chosen, mask_id)
     return inputs, torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))
@@ -110,14 +99,14 @@ def _mask_labels_are_inputs(tokens, mask_id, vocab_size, p=0.15, generator=None,
 
 
 def _mask_10_10_80(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
-    u1, u2, r = _draws(tokens, vocab_size, generator)
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
     chosen = (u1 < p) & _eligible(tokens, special_ids)
     return _corrupt(tokens, mask_id, chosen, chosen & (u2 < 0.1), chosen & (u2 >= 0.9), r)
 
 
 def _mask_p_on_the_80(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
     """Splits every position 80/10/10 first and applies p to the [MASK] group only."""
-    u1, u2, _ = _draws(tokens, vocab_size, generator)
+    u1, u2, _ = _bert.mask_draws(tokens, vocab_size, generator)
     chosen = (u2 < 0.8) & (u1 < p) & _eligible(tokens, special_ids)
     inputs = tokens.masked_fill(chosen, mask_id)
     return inputs, torch.where(chosen, tokens, torch.full_like(tokens, IGNORE))
@@ -139,7 +128,7 @@ def _mask_in_place(tokens, mask_id, vocab_size, p=0.15, generator=None, special_
 
 def _mask_split_everywhere(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
     """The 80/10/10 replacement is applied to every (non-special) position, chosen or not."""
-    u1, u2, r = _draws(tokens, vocab_size, generator)
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
     eligible = _eligible(tokens, special_ids)
     chosen = (u1 < p) & eligible
     to_mask = chosen & (u2 < 0.8)

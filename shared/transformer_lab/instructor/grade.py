@@ -409,22 +409,14 @@ def _env(course: Path, home: Path) -> dict[str, str]:
         HOME=str(home),
         TRANSFORMER_LAB_COURSE_ROOT=str(course),
         TRANSFORMER_LAB_STUDENT_DIR=str(home / "student_package"),
-        TRANSFORMER_LAB_GRADING="1",
         TRANSFORMER_LAB_QUICK=os.environ.get("TRANSFORMER_LAB_QUICK", "1"),
         JUPYTER_RUNTIME_DIR=str(home / "runtime"),
         JUPYTER_CONFIG_DIR=str(home / "jupyter"),
         IPYTHONDIR=str(home / "ipython"),
         MPLCONFIGDIR=str(home / "mpl"),
-        MPLBACKEND="Agg",
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        OPENBLAS_NUM_THREADS="1",
-        PYTHONHASHSEED="0",
         PYTHONDONTWRITEBYTECODE="1",
-        HF_HUB_OFFLINE="1",
-        TQDM_DISABLE="1",
-        TRANSFORMER_LAB_NO_PROGRESS="1",
     )
+    env.update(sandbox.GRADING_ENV)
     return env
 
 

@@ -36,6 +36,23 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
+# What every process that runs a student's code gets: one thread per library (jobs run side by
+# side), no display, no hub downloads, no progress bars, fixed hashing, and grading mode (earlier
+# lessons on the reference, nothing saved into a student package).
+GRADING_ENV = {
+    "TRANSFORMER_LAB_GRADING": "1",
+    "TRANSFORMER_LAB_NO_PROGRESS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MPLBACKEND": "Agg",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TQDM_DISABLE": "1",
+    "PYTHONHASHSEED": "0",
+}
+
+
 @dataclasses.dataclass
 class Limits:
     """Per-job caps. `wall_seconds` is for the whole notebook; `cell_timeout` (None: the course's

@@ -509,17 +509,10 @@ class _Opaque:
 
 
 def _child_env() -> dict:
+    from .sandbox import GRADING_ENV
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "JPY_"))}
-    env.update(
-        TRANSFORMER_LAB_QUICK="1",
-        TRANSFORMER_LAB_GRADING="1",
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        MPLBACKEND="Agg",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PYTHONHASHSEED="0",
-    )
+    env.update(GRADING_ENV, TRANSFORMER_LAB_QUICK="1")
     return env
 
 

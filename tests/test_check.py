@@ -83,19 +83,19 @@ GOOD = {
 @pytest.mark.parametrize("name", sorted(GOOD))
 @pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
 def test_correct_implementations_pass(name, thorough, capsys):
-    assert getattr(check, name)(GOOD[name], thorough=thorough) is True
+    assert getattr(check, name)(GOOD[name], thorough=thorough) is None
     assert f"✓ {name}" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------
 # The catalogue: each mistake is caught by the hidden checks and produces its sentence.
 
-CATALOGUE = [(name, i) for name, ex in check.EXERCISES.items() for i in range(len(ex.mistakes))]
+CATALOGUE = [(name, m.key) for name, ex in check.EXERCISES.items() for m in ex.mistakes]
 
 
-@pytest.mark.parametrize("name,index", CATALOGUE, ids=[f"{n}-{i}" for n, i in CATALOGUE])
-def test_catalogued_mistake_is_caught_and_named(name, index):
-    mistake = check.EXERCISES[name].mistakes[index]
+@pytest.mark.parametrize("name,key", CATALOGUE, ids=[f"{n}-{k}" for n, k in CATALOGUE])
+def test_catalogued_mistake_is_caught_and_named(name, key):
+    mistake = check.EXERCISES[name].mistake(key)
     with pytest.raises(check.CheckFailed) as info:
         getattr(check, name)(mistake.impl, thorough=True)
     assert f"Likely mistake: {mistake.sentence}" in str(info.value)
@@ -105,20 +105,21 @@ def test_catalogues_have_at_least_three_mistakes_each():
     for name, ex in check.EXERCISES.items():
         assert len(ex.mistakes) >= 3, name
         assert len({m.sentence for m in ex.mistakes}) == len(ex.mistakes)
+        assert len({m.key for m in ex.mistakes}) == len(ex.mistakes)
 
 
 @pytest.mark.parametrize(
-    "name,sentence",
+    "name,key",
     [
-        ("scaled_dot_product_attention", "not divided by √d_k"),
-        ("scaled_dot_product_attention", "softmax runs over the query axis"),
-        ("scaled_dot_product_attention", "the mask is applied after softmax"),
-        ("RNN", "the tanh is missing"),
-        ("SelfAttention", "queries and keys are swapped"),
+        ("scaled_dot_product_attention", "no-scale"),
+        ("scaled_dot_product_attention", "softmax-query-axis"),
+        ("scaled_dot_product_attention", "mask-after-softmax"),
+        ("RNN", "no-tanh"),
+        ("SelfAttention", "q-k-swapped"),
     ],
 )
-def test_common_mistakes_are_named_by_the_visible_check(name, sentence):
-    mistake = next(m for m in check.EXERCISES[name].mistakes if sentence in m.sentence)
+def test_common_mistakes_are_named_by_the_visible_check(name, key):
+    mistake = check.EXERCISES[name].mistake(key)
     with pytest.raises(check.CheckFailed, match="Likely mistake"):
         getattr(check, name)(mistake.impl)
 
@@ -197,12 +198,8 @@ def test_module_with_wrong_parameter_names_is_told_the_expected_names():
 
 
 def test_stale_large_logits_only_fail_thorough():
-    naive = next(
-        m
-        for m in check.EXERCISES["scaled_dot_product_attention"].mistakes
-        if "overflows" in m.sentence
-    )
-    assert check.scaled_dot_product_attention(naive.impl)  # the visible cases are tame
+    naive = check.EXERCISES["scaled_dot_product_attention"].mistake("naive-exp")
+    assert check.scaled_dot_product_attention(naive.impl) is None  # the visible cases are tame
     with pytest.raises(check.CheckFailed, match="overflows"):
         check.scaled_dot_product_attention(naive.impl, thorough=True)
 
@@ -226,7 +223,7 @@ def test_module_with_dropout_in_train_mode_is_compared_in_eval_mode():
         def forward(self, x, mask=None):
             return self.dropout(super().forward(x, mask))
 
-    assert check.SelfAttention(WithDropout)
+    assert check.SelfAttention(WithDropout) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +313,7 @@ def test_mutant_check_without_forbid_would_let_the_cheat_pass(monkeypatch):
         return attention.scaled_dot_product_attention(q, k, v, mask)
 
     monkeypatch.setattr(check.EXERCISES["scaled_dot_product_attention"], "forbidden", ())
-    assert check.scaled_dot_product_attention(cheat)
+    assert check.scaled_dot_product_attention(cheat) is None
 
 
 def test_mutant_check_without_gradients_would_miss_a_gradient_bug(monkeypatch):
@@ -327,7 +324,7 @@ def test_mutant_check_without_gradients_would_miss_a_gradient_bug(monkeypatch):
     monkeypatch.setattr(
         check.engine, "_backward", lambda outputs, cot, leaves: [None] * len(leaves)
     )
-    assert check.scaled_dot_product_attention(detached_weights)
+    assert check.scaled_dot_product_attention(detached_weights) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,7 +361,7 @@ def test_passing_code_is_saved_and_used(tmp_path, capsys):
 
 def test_failing_code_is_not_saved(tmp_path, capsys):
     with pytest.raises(check.CheckFailed):
-        check.RNN(check.EXERCISES["RNN"].mistakes[0].impl)
+        check.RNN(check.EXERCISES["RNN"].mistake("no-tanh").impl)
     assert not (tmp_path / "pkg" / "transformer_lab_student" / "rnn.py").exists()
     assert student.use("RNN") is transformer_lab.rnn.RNN
     assert "using the reference" in capsys.readouterr().out
@@ -400,3 +397,51 @@ def test_subclass_of_the_reference_is_refused():
     Cheat = type("SelfAttention", (Reference,), {"__module__": "__main__"})
     with pytest.raises(check.ImplementThisYourself, match="subclasses the reference"):
         check.SelfAttention(Cheat)
+
+
+# ---------------------------------------------------------------------------------------------
+# The failure's structure: what a notebook renders, and what the message is composed from.
+
+
+def test_check_failed_is_composed_from_its_parts():
+    err = check.CheckFailed(
+        exercise="split_heads", problem="output differs", case="two heads (float64 on cpu)"
+    )
+    assert str(err) == "split_heads: output differs\n  case: two heads (float64 on cpu)"
+    err = check.CheckFailed(exercise="RNN", problem="p", mistake="the tanh is missing.")
+    assert str(err) == "RNN: p\nLikely mistake: the tanh is missing."
+    assert isinstance(err, AssertionError) and err.case is None and err.cause is None
+    assert str(check.CheckFailed("as written")) == "as written"
+
+
+def test_failure_carries_exercise_case_mistake_and_the_students_exception():
+    mistake = check.EXERCISES["scaled_dot_product_attention"].mistake("no-scale")
+    with pytest.raises(check.CheckFailed) as info:
+        check.scaled_dot_product_attention(mistake.impl)
+    err = info.value
+    assert err.exercise == "scaled_dot_product_attention" and err.mistake == mistake.sentence
+    assert err.case == "q (3, 4), k (5, 4), v (5, 6) (float64 on cpu)"
+    assert (
+        str(err)
+        == f"{err.exercise}: {err.problem}\n  case: {err.case}\nLikely mistake: {err.mistake}"
+    )
+
+    def crashes(q, k, v, mask=None):
+        raise ValueError("boom")
+
+    with pytest.raises(check.CheckFailed, match="your function raised ValueError: boom") as info:
+        check.scaled_dot_product_attention(crashes)
+    assert isinstance(info.value.cause, ValueError) and info.value.__suppress_context__
+
+
+def test_unknown_mistake_key_lists_the_keys():
+    with pytest.raises(KeyError, match="no-scale"):
+        check.EXERCISES["scaled_dot_product_attention"].mistake("no-such-mistake")
+
+
+def test_student_reads_the_catalogue_without_importing_check():
+    from transformer_lab import registry
+
+    assert registry.EXERCISES is check.EXERCISES
+    assert list(registry.EXERCISES)[:2] == ["RNN", "sequential_steps"]
+    assert registry.EXERCISES["RNN"].lesson == "01" and registry.EXERCISES["RNN"].module == "rnn"

@@ -78,13 +78,13 @@ class LoopMHA(GoodMHA):
 
 @pytest.mark.parametrize("thorough", [False, True])
 def test_correct_implementations_pass(thorough):
-    assert check.split_heads(good_split, thorough=thorough)
-    assert check.merge_heads(good_merge, thorough=thorough)
-    assert check.MultiHeadAttention(GoodMHA, thorough=thorough)
+    assert check.split_heads(good_split, thorough=thorough) is None
+    assert check.merge_heads(good_merge, thorough=thorough) is None
+    assert check.MultiHeadAttention(GoodMHA, thorough=thorough) is None
 
 
 def test_per_head_loop_passes():
-    assert check.MultiHeadAttention(LoopMHA, thorough=True)
+    assert check.MultiHeadAttention(LoopMHA, thorough=True) is None
 
 
 def test_visible_check_is_fast():
@@ -152,7 +152,7 @@ class MHAExtraLayer(GoodMHA):
 
 
 def test_split_wrong_variants_fail():
-    assert check.split_heads(split_by_chunk, thorough=True)
+    assert check.split_heads(split_by_chunk, thorough=True) is None
     for wrong in (split_reversed_heads, split_detached):
         with pytest.raises(CheckFailed):
             check.split_heads(wrong, thorough=True)
@@ -177,9 +177,10 @@ def test_mha_parameter_names_must_match():
 
 
 def test_catalogue_names_the_mistake():
-    with pytest.raises(CheckFailed, match="transpose"):
+    with pytest.raises(CheckFailed, match="transpose") as info:
         check.split_heads(lambda x, n_heads: x.reshape(x.shape[0], n_heads, x.shape[1], -1))
-    with pytest.raises(CheckFailed, match="W\\^O"):
+    assert info.value.mistake == check.EXERCISES["split_heads"].mistake("no-transpose").sentence
+    with pytest.raises(CheckFailed, match="W\\^O") as info:
 
         class NoWo(GoodMHA):
             def forward(self, x, context=None, mask=None):
@@ -189,6 +190,7 @@ def test_catalogue_names_the_mistake():
                 return good_merge(good_sdpa(q, k, v, mask)[0])
 
         check.MultiHeadAttention(NoWo)
+    assert info.value.mistake == check.EXERCISES["MultiHeadAttention"].mistake("no-w_o").sentence
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,5 +252,5 @@ def test_reference_attention_function_is_allowed():
             v = good_split(self.w_v(context), self.n_heads)
             return self.w_o(good_merge(scaled_dot_product_attention(q, k, v, mask)[0]))
 
-    assert check.MultiHeadAttention(OnReference, thorough=True)
+    assert check.MultiHeadAttention(OnReference, thorough=True) is None
     assert torch.nn.functional.scaled_dot_product_attention is F.scaled_dot_product_attention

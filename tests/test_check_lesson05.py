@@ -114,7 +114,7 @@ GOOD = [
 @pytest.mark.parametrize("name,impl", GOOD, ids=[c.__name__ for _, c in GOOD])
 @pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
 def test_correct_implementations_pass(name, impl, thorough, capsys):
-    assert getattr(check, name)(impl, thorough=thorough) is True
+    assert getattr(check, name)(impl, thorough=thorough) is None
     assert f"✓ {name}" in capsys.readouterr().out
 
 
@@ -231,7 +231,7 @@ def test_large_values_case_catches_float32_cancellation():
         check.CheckFailed, match=r"large values with an offset \(mean 100, std 1\) \(float32"
     ):
         check.LayerNorm(LayerNormOneMinusMeanSquare, thorough=True)
-    assert check.LayerNorm(LayerNormOneMinusMeanSquare) is True  # the visible check is lenient
+    assert check.LayerNorm(LayerNormOneMinusMeanSquare) is None  # the visible check is lenient
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_mutant_cases_without_padding_miss_a_hard_coded_causal_mask(monkeypatch)
         return [c for c in original(thorough) if "padding" not in c.label]
 
     monkeypatch.setattr(lesson05, "_block_cases", causal_only)
-    assert check.EncoderBlock(BlockCausalAlways, thorough=True) is True
+    assert check.EncoderBlock(BlockCausalAlways, thorough=True) is None
 
 
 def test_mutant_cases_with_only_post_norm_miss_the_norm_first_mistakes(monkeypatch):
@@ -256,7 +256,7 @@ def test_mutant_cases_with_only_post_norm_miss_the_norm_first_mistakes(monkeypat
 
     monkeypatch.setattr(lesson05, "_block_cases", post_norm_only)
     ignored = next(m for m in check.EXERCISES["EncoderBlock"].mistakes if "ignored" in m.sentence)
-    assert check.EncoderBlock(ignored.impl, thorough=True) is True
+    assert check.EncoderBlock(ignored.impl, thorough=True) is None
 
 
 def test_mutant_ffn_cases_without_square_case_cannot_name_the_swap(monkeypatch):

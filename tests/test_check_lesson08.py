@@ -99,12 +99,12 @@ GOOD = {
 @pytest.mark.parametrize("name", sorted(GOOD))
 @pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
 def test_correct_implementations_pass(name, thorough, capsys):
-    assert getattr(check, name)(GOOD[name], thorough=thorough) is True
+    assert getattr(check, name)(GOOD[name], thorough=thorough) is None
     assert f"✓ {name}" in capsys.readouterr().out
 
 
 def test_multinomial_sampler_passes_too():
-    assert check.sample_next(good_sample_multinomial, thorough=True)
+    assert check.sample_next(good_sample_multinomial, thorough=True) is None
 
 
 def test_good_implementations_are_saved(tmp_path):
@@ -143,7 +143,7 @@ def test_catalogued_mistake_is_named(name, index):
 
 def test_log_of_softmax_passes_visible_but_fails_thorough():
     mutant = check.EXERCISES["lm_loss"].mistakes[6].impl
-    assert check.lm_loss(mutant)
+    assert check.lm_loss(mutant) is None
     with pytest.raises(check.CheckFailed, match="log_softmax"):
         check.lm_loss(mutant, thorough=True)
 
@@ -229,7 +229,7 @@ def test_other_wrong_samplers_are_caught(wrong, message):
 def test_a_sampler_with_its_own_seed_passes_reproducibility_but_is_not_random():
     """A fixed internal seed is reproducible; the check cannot tell it from a good sampler, which
     is acceptable: its draws still follow the distribution. Document the limit."""
-    assert check.sample_next(_seed_inside)
+    assert check.sample_next(_seed_inside) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,7 +428,7 @@ def test_kv_cache_may_not_subclass_the_reference():
 
 
 def test_sample_next_may_use_the_students_own_next_token_probs(capsys):
-    assert check.sample_next(good_sample_multinomial)
+    assert check.sample_next(good_sample_multinomial) is None
     assert "implement this yourself" not in capsys.readouterr().out
 
 

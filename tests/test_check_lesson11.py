@@ -86,7 +86,7 @@ def good_cls_map(weights, grid):
     ],
 )
 def test_correct_implementations_pass(name, impl, thorough, capsys):
-    assert getattr(check, name)(impl, thorough=thorough) is True
+    assert getattr(check, name)(impl, thorough=thorough) is None
     assert f"✓ {name}" in capsys.readouterr().out
 
 
@@ -209,7 +209,7 @@ def test_mutant_cases_with_square_images_cannot_see_swapped_height_and_width(mon
     ]
     monkeypatch.setattr(lesson11, "_patchify_cases", lambda thorough: square)
     monkeypatch.setattr(lesson11, "_check_conv_equivalence", lambda *args: 0)  # its image: 4x6
-    assert check.patchify(lesson11._patchify_hw_swapped, thorough=True)
+    assert check.patchify(lesson11._patchify_hw_swapped, thorough=True) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +265,7 @@ def test_the_conv_proof_alone_catches_a_wrong_patch_layout(monkeypatch):
     monkeypatch.setattr(lesson11, "_check_function", lambda *args, **kwargs: 0)
     with pytest.raises(check.CheckFailed, match="do not reproduce the Conv2d"):
         check.patchify(lesson11._patchify_channels_last)
-    assert check.patchify(good_patchify)
+    assert check.patchify(good_patchify) is None
 
 
 class PositionsTwice(GoodViTEmbedding):
@@ -391,7 +391,7 @@ def test_forbidden_built_ins_are_refused_and_restored(name, impl, what):
 
 def test_tensor_unfold_is_allowed():
     """Tensor.unfold is a sliding window, not the answer: good_patchify uses it and passes."""
-    assert check.patchify(good_patchify)
+    assert check.patchify(good_patchify) is None
 
 
 @pytest.mark.parametrize(
@@ -424,7 +424,7 @@ def test_embedding_may_use_the_reference_patchify(capsys):
             cls = self.cls_token.expand(len(x), -1, -1)
             return torch.cat([cls, x], 1) + self.pos_embed
 
-    assert check.ViTEmbedding(UsesCoursePatchify)
+    assert check.ViTEmbedding(UsesCoursePatchify) is None
 
 
 @pytest.mark.parametrize("name", lesson11.__all__)

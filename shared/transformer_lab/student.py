@@ -49,7 +49,7 @@ from transformer_lab.student import use as _use
 
 
 def _grading() -> bool:
-    from .check import grading_mode
+    from .registry import grading_mode
 
     return grading_mode()
 
@@ -153,7 +153,7 @@ _STANDARD = {"math", "torch", "F", "nn", "_use"}
 
 def _imports_for(obj, name: str) -> list[str]:
     """Import lines for the names the code uses from its notebook (modules, library objects)."""
-    from .check import EXERCISES
+    from .registry import EXERCISES
 
     namespace = _globals_of(obj)
     lines = []
@@ -185,7 +185,7 @@ def _imports_for(obj, name: str) -> list[str]:
 
 
 def _write_module(module: str, manifest: dict) -> Path:
-    from .check import EXERCISES
+    from .registry import EXERCISES
 
     order = list(EXERCISES)
     entries = sorted(
@@ -214,7 +214,7 @@ def _write_module(module: str, manifest: dict) -> Path:
 
 def save(name: str, obj, thorough: bool = False) -> Path | None:
     """Save the passing `obj` as the student's `name`. Does nothing in grading mode."""
-    from .check import EXERCISES
+    from .registry import EXERCISES
 
     if _grading() or name not in EXERCISES:
         return None
@@ -253,7 +253,7 @@ def save(name: str, obj, thorough: bool = False) -> Path | None:
 
 
 def _reference(name: str):
-    from . import check
+    from . import registry as check
 
     if name in check.EXERCISES:
         ex = check.EXERCISES[name]
@@ -318,7 +318,7 @@ def use(name: str, quiet: bool = False):
 
 def progress() -> dict[str, str]:
     """Print and return which graded parts run the student's code ('yours') or the reference."""
-    from .check import EXERCISES
+    from .registry import EXERCISES
 
     manifest = {} if _grading() else _manifest()
     status = {}
@@ -461,7 +461,7 @@ def _part_factory(name: str, mine: type, reference: type):
 
 def _your_parts(exclude: str = "") -> dict:
     """{name: (reference class, builder)} for every part class the student has passed."""
-    from . import check
+    from . import registry as check
 
     parts = {}
     for name, ex in check.EXERCISES.items():

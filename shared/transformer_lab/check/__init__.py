@@ -3,48 +3,119 @@
 A test cell calls ``check.<name>(<name>)``, e.g. ``check.scaled_dot_product_attention(
 scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
 
-- ``engine``: the machinery shared by every lesson (identical inputs and weights, forward and
-  gradient comparison per dtype and device, the mistake catalogue, forbidden built-ins, saving a
-  passing implementation into the student's package);
-- ``lessonNN``: one module per lesson with its exercises, their cases and their catalogued
-  mistakes. Every public name of a ``lessonNN`` module is a check, re-exported here.
+- ``engine``: the machinery shared by every lesson: ``Exercise`` and ``Mistake``, the drivers
+  (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``, ``CustomDriver``), identical inputs and
+  weights, forward and gradient comparison per dtype and device, forbidden built-ins, ``fail`` (the
+  one place that words a failure) and saving a passing implementation into the student's package;
+- ``lessonNN``: one module per lesson declaring its exercises (each an ``Exercise``, which is
+  its own check), their cases and their catalogued mistakes.
 
+``EXERCISES`` (also ``transformer_lab.registry.EXERCISES``) lists every exercise in course order.
 Works in plain Jupyter, Colab and under nbgrader alike; nothing here needs nbgrader.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+# The lesson modules, in course order: importing one declares its exercises in EXERCISES.
+from . import (  # noqa: F401
+    lesson01,
+    lesson02,
+    lesson03,
+    lesson04,
+    lesson05,
+    lesson06,
+    lesson07,
+    lesson08,
+    lesson09,
+    lesson10,
+    lesson11,
+)
 from .engine import (
     EXERCISES,
     TOLERANCES,
+    Call,
     CheckFailed,
+    CustomDriver,
+    ExactDriver,
     Exercise,
+    FunctionDriver,
     ImplementThisYourself,
     Mistake,
+    ModuleDriver,
     available_devices,
+    fail,
     forbid,
     grading_mode,
 )
+from .lesson01 import RNN, sequential_steps
+from .lesson02 import SelfAttention, scaled_dot_product_attention
+from .lesson03 import MultiHeadAttention, merge_heads, split_heads
+from .lesson04 import rotary_embedding, sinusoidal_positional_encoding
+from .lesson05 import EncoderBlock, FeedForward, LayerNorm
+from .lesson06 import alpha_22, causal_mask, padding_mask
+from .lesson07 import DecoderBlock, greedy_decode
+from .lesson08 import KVCache, lm_loss, next_token_probs, sample_next, shift_targets
+from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
+from .lesson10 import document_rotation, sentence_permutation, text_infilling
+from .lesson11 import ViTEmbedding, cls_attention_map, patchify
 
 __all__ = [
     "EXERCISES",
     "TOLERANCES",
+    "Call",
     "CheckFailed",
+    "CustomDriver",
+    "ExactDriver",
     "Exercise",
+    "FunctionDriver",
     "ImplementThisYourself",
     "Mistake",
+    "ModuleDriver",
     "available_devices",
+    "fail",
     "forbid",
     "grading_mode",
+    # the checks, lesson by lesson (each is the Exercise its lesson module declares)
+    # lesson 01
+    "RNN",
+    "sequential_steps",
+    # lesson 02
+    "SelfAttention",
+    "scaled_dot_product_attention",
+    # lesson 03
+    "MultiHeadAttention",
+    "merge_heads",
+    "split_heads",
+    # lesson 04
+    "rotary_embedding",
+    "sinusoidal_positional_encoding",
+    # lesson 05
+    "EncoderBlock",
+    "FeedForward",
+    "LayerNorm",
+    # lesson 06
+    "alpha_22",
+    "causal_mask",
+    "padding_mask",
+    # lesson 07
+    "DecoderBlock",
+    "greedy_decode",
+    # lesson 08
+    "KVCache",
+    "lm_loss",
+    "next_token_probs",
+    "sample_next",
+    "shift_targets",
+    # lesson 09
+    "bert_mask_tokens",
+    "mean_pool",
+    "wordpiece_tokenize",
+    # lesson 10
+    "document_rotation",
+    "sentence_permutation",
+    "text_infilling",
+    # lesson 11
+    "ViTEmbedding",
+    "cls_attention_map",
+    "patchify",
 ]
-
-# Each lesson module registers its exercises in EXERCISES and defines one check per exercise.
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.name.startswith("lesson"):
-        _module = importlib.import_module(f"{__name__}.{_info.name}")
-        for _name in getattr(_module, "__all__", ()):
-            globals()[_name] = getattr(_module, _name)
-            __all__.append(_name)

@@ -25,15 +25,15 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import torch
 from torch import nn
 
-GRADING_ENV = "TRANSFORMER_LAB_GRADING"
+from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
 TOLERANCES = {torch.float64: (1e-9, 1e-7), torch.float32: (3e-5, 3e-4)}
@@ -41,16 +41,41 @@ ACCELERATOR_FLOAT32 = (2e-4, 2e-3)
 
 
 class CheckFailed(AssertionError):
-    """The student's code disagrees with the reference. The message says how."""
+    """The student's code disagrees with the reference. The message says how.
+
+    ``exercise`` (its name), ``problem`` (one sentence: what differs), ``case`` (the inputs, e.g.
+    "two heads (float64 on cpu)"), ``mistake`` (the catalogued mistake's sentence, when one matches)
+    and ``cause`` (the student's own exception, when their code raised). Without an explicit
+    `message`, ``str(err)`` is composed from them.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        exercise: str | None = None,
+        problem: str | None = None,
+        case: str | None = None,
+        mistake: str | None = None,
+        cause: BaseException | None = None,
+    ):
+        if message is None:
+            message = f"{exercise}: {problem}"
+            if case:
+                message += f"\n  case: {case}"
+            if mistake:
+                message += f"\nLikely mistake: {mistake}"
+        super().__init__(message)
+        self.message = message
+        self.exercise, self.problem, self.case = exercise, problem, case
+        self.mistake, self.cause = mistake, cause
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ImplementThisYourself(RuntimeError):
     """Raised by a built-in or reference function that the graded exercise must not call."""
-
-
-def grading_mode() -> bool:
-    """True under the autograder (nbgrader's config sets TRANSFORMER_LAB_GRADING=1)."""
-    return os.environ.get(GRADING_ENV, "") not in ("", "0", "false", "False")
 
 
 def available_devices() -> list[torch.device]:
@@ -74,33 +99,132 @@ def _tolerance(dtype: torch.dtype, device: torch.device) -> tuple[float, float]:
     return TOLERANCES[dtype]
 
 
+def settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
+    """(device, dtype) pairs a check runs under: float64 and float32 on the CPU, plus every
+    accelerator when thorough."""
+    devices = available_devices() if thorough else [torch.device("cpu")]
+    return [(device, dtype) for device in devices for dtype in _dtypes_for(device)]
+
+
+_settings = settings  # old name, for the lesson modules not converted yet
+
+
+def fail(
+    ex: Exercise | str,
+    problem: str,
+    case: str | None = None,
+    mistake: Mistake | None = None,
+    cause: BaseException | None = None,
+) -> NoReturn:
+    """Raise the CheckFailed for `ex`: the one place that words a failure.
+
+    `problem` is one sentence saying what differs; `case` the inputs it was seen on; `mistake` the
+    catalogued mistake the student's result matches; `cause` the exception their code raised.
+    """
+    raise CheckFailed(
+        exercise=getattr(ex, "name", ex),
+        problem=problem,
+        case=case,
+        mistake=mistake.sentence if mistake is not None else None,
+        cause=cause,
+    ) from None
+
+
 # ----------------------------------------------------------------------------------------------
 # Exercises: what each one compares against, what it may not call, its catalogue of mistakes.
 
 
 @dataclass(frozen=True)
 class Mistake:
-    """A known wrong implementation (same signature as the exercise) and the sentence naming it."""
+    """A known wrong implementation (same signature as the exercise) and the sentence naming it.
 
-    sentence: str
-    impl: Callable
+    `key` is short and stable ("no-scale", "softmax-query-axis"): tests select a mistake by it.
+    (The old form ``Mistake(sentence, impl)`` still works, keyed "#<position>", until every lesson
+    is converted.)
+    """
+
+    key: str
+    sentence: str | Callable
+    impl: Callable | None = None
+
+    def __post_init__(self):
+        if self.impl is None and callable(self.sentence):  # old form Mistake(sentence, impl)
+            object.__setattr__(self, "impl", self.sentence)
+            object.__setattr__(self, "sentence", self.key)
+            object.__setattr__(self, "key", "")
 
 
-@dataclass
+@dataclass(eq=False)
 class Exercise:
+    """One graded exercise, and its check: ``check.<name>(student_obj, thorough=False)``.
+
+    `reference` is the right answer (a function or an nn.Module class) in
+    ``transformer_lab.<module>``; `forbidden` the dotted names that raise while the student's code
+    runs; `driver` says how the student's code is run and compared (FunctionDriver, ModuleDriver,
+    ExactDriver, CustomDriver); `mistakes` the catalogue named on a matching wrong result.
+    Creating an Exercise declares it in ``EXERCISES``.
+    """
+
     name: str
     lesson: str  # "02"
     module: str  # the reference module, e.g. "attention"
     reference: Callable
-    forbidden: tuple[str, ...]  # dotted names that raise while the student's code runs
+    forbidden: tuple[str, ...] = ()  # dotted names that raise while the student's code runs
     mistakes: list[Mistake] = field(default_factory=list)
+    driver: Driver | None = None
+    doc: str = ""  # what the check checks, e.g. "scaled_dot_product_attention(q, k, v) -> ..."
 
+    def __post_init__(self):
+        keyed = []
+        for i, m in enumerate(self.mistakes):
+            keyed.append(m if m.key else Mistake(f"#{i}", m.sentence, m.impl))
+        self.mistakes = keyed
+        keys = [m.key for m in keyed]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{self.name}: mistake keys must be unique, got {keys}")
+        self.__doc__ = f"Check {self.doc or self.name}."
+        EXERCISES.add(self)
 
-EXERCISES: dict[str, Exercise] = {}
+    def mistake(self, key: str) -> Mistake:
+        """The catalogued mistake with this key."""
+        for m in self.mistakes:
+            if m.key == key:
+                return m
+        raise KeyError(
+            f"{self.name} has no mistake {key!r}; its keys: {[m.key for m in self.mistakes]}"
+        )
+
+    def __call__(self, student_obj, thorough: bool = False) -> None:
+        """Check `student_obj` (the hidden tests pass thorough=True); raise CheckFailed if wrong."""
+        if self.driver is None:
+            raise TypeError(f"{self.name} has no driver; its lesson module runs it with _run")
+        _run_driver(self, student_obj, thorough, self.driver)
+
+    def run_student(self, student_obj, call: Callable):
+        """call() with this exercise's forbidden names switched off (they raise)."""
+        with forbid(self.forbidden, student_obj, self.name):
+            return call()
+
+    def diagnose(self, run_mistake: Callable, got, expected, same: Callable) -> Mistake | None:
+        """The catalogued mistake whose result equals the student's (and not the reference's).
+
+        `run_mistake(impl)` runs one mistake on the failing case; `same(a, b)` compares results.
+        A mistake that raises is skipped.
+        """
+        for mistake in self.mistakes:
+            try:
+                with torch.no_grad():
+                    out = run_mistake(mistake.impl)
+            except Exception:
+                continue
+            if same(out, got) and not same(out, expected):
+                return mistake
+        return None
 
 
 def _register(ex: Exercise) -> Exercise:
-    EXERCISES[ex.name] = ex
+    """Old name (an Exercise now declares itself); kept until every lesson is converted."""
+    EXERCISES.add(ex)
     return ex
 
 
@@ -108,7 +232,7 @@ def _register(ex: Exercise) -> Exercise:
 # Forbidden names: patched for the duration of the student's call, restored afterwards.
 
 
-def _resolve(dotted: str):
+def resolve(dotted: str):
     """'torch.nn.functional.scaled_dot_product_attention' -> (owner object, attribute name)."""
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
@@ -120,6 +244,9 @@ def _resolve(dotted: str):
             owner = getattr(owner, attr)
         return owner, parts[-1]
     raise ImportError(dotted)
+
+
+_resolve = resolve  # old name (instructor.verify)
 
 
 def _stub(dotted: str, exercise: str) -> Callable:
@@ -173,7 +300,7 @@ def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
     try:
         for dotted in dotted_names:
             try:
-                owner, attr = _resolve(dotted)
+                owner, attr = resolve(dotted)
                 original = getattr(owner, attr)
             except (ImportError, AttributeError):
                 continue
@@ -355,101 +482,242 @@ def _same(a, b, dtype, device) -> bool:
     return True
 
 
-def _diagnose(ex: Exercise, run_mistake: Callable, expected, got, dtype, device) -> str:
-    """Name the catalogued mistake whose output equals the student's (and not the reference's)."""
-    for mistake in ex.mistakes:
-        try:
-            with torch.no_grad():
-                out = run_mistake(mistake.impl)
-        except Exception:
-            continue
-        if _same(out, got, dtype, device) and not _same(out, expected, dtype, device):
-            return f"\nLikely mistake: {mistake.sentence}"
-    return ""
+def _case_text(case: Case, dtype, device) -> str:
+    return f"{case.label} ({str(dtype).replace('torch.', '')} on {device.type})"
 
 
-# ----------------------------------------------------------------------------------------------
-# The two drivers: plain functions (tensor in, tensor out) and nn.Module classes.
-
-
-def _settings(thorough: bool):
-    devices = available_devices() if thorough else [torch.device("cpu")]
-    return [(device, dtype) for device in devices for dtype in _dtypes_for(device)]
-
-
-def _fail(ex: Exercise, case: Case, dtype, device, problem: str, hint: str = "") -> None:
-    raise CheckFailed(
-        f"{ex.name}: {problem}\n  case: {case.label} "
-        f"({str(dtype).replace('torch.', '')} on {device.type}){hint}"
-    ) from None
+def _fail(ex: Exercise, case: Case, dtype, device, problem: str, hint: str = "") -> NoReturn:
+    """Old form of `fail` (hint: "\nLikely mistake: ..."); kept until every lesson is converted."""
+    mistake = Mistake("", hint.removeprefix("\nLikely mistake: "), _fail) if hint else None
+    fail(ex, problem, _case_text(case, dtype, device), mistake)
 
 
 def _run_student(ex: Exercise, student_obj, call: Callable):
-    with forbid(ex.forbidden, student_obj, ex.name):
-        return call()
+    return ex.run_student(student_obj, call)
 
 
-def _compare_run(
-    ex, case, dtype, device, names, expected, got, run_mistake, i, ref_leaves, stu_leaves, no_grad
-) -> None:
-    """Outputs first (naming a catalogued mistake if one matches), then every gradient."""
-    problem = _compare_outputs(expected, got, names, dtype, device)
-    if problem:
-        hint = _diagnose(ex, run_mistake, expected, got, dtype, device)
-        _fail(ex, case, dtype, device, problem, hint)
-    cot = _cotangents(expected, seed=7 + i)
-    ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
-    stu_grads = _backward(_as_tuple(got), cot, [v for _, v in stu_leaves])
-    for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
-        if rg is None:
-            continue
-        if sg is None:
-            _fail(ex, case, dtype, device, no_grad.format(key=key))
-        problem = _compare_tensor(rg, sg, f"the gradient with respect to `{key}`", dtype, device)
+# ----------------------------------------------------------------------------------------------
+# Drivers: how an exercise runs the student's code and compares it with the reference.
+
+
+class Driver:
+    """Runs one exercise: ``cases(thorough)``, ``run_case(...)`` for each, ``covered(thorough)``.
+
+    A subclass fails through `fail` (the engine's one wording place) and names a catalogued mistake
+    through ``ex.diagnose``. ``run`` returns how many cases passed.
+    """
+
+    def cases(self, thorough: bool) -> list:
+        raise NotImplementedError
+
+    def run_case(self, ex: Exercise, student_obj, case, index: int, setting) -> None:
+        raise NotImplementedError
+
+    def settings(self, thorough: bool) -> list:
+        return [None]
+
+    def covered(self, thorough: bool) -> str:
+        return "every case"
+
+    def run(self, ex: Exercise, student_obj, thorough: bool) -> int:
+        cases, n = self.cases(thorough), 0
+        for setting in self.settings(thorough):
+            for index, case in enumerate(cases):
+                self.run_case(ex, student_obj, case, index, setting)
+                n += 1
+        return n
+
+
+class _TensorDriver(Driver):
+    """Shared by FunctionDriver and ModuleDriver: every (device, dtype), outputs then gradients."""
+
+    no_grad = ""
+
+    def __init__(self, cases: Callable[[bool], list[Case]], outputs: tuple[str, ...] = ("output",)):
+        self._cases, self.outputs = cases, tuple(outputs)
+
+    def cases(self, thorough: bool) -> list[Case]:
+        return self._cases(thorough)
+
+    def settings(self, thorough: bool) -> list:
+        return settings(thorough)
+
+    def covered(self, thorough: bool) -> str:
+        where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
+        return f"forward and gradients, float64 and float32 on {where}"
+
+    def compare(self, ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves):
+        """Outputs first (naming a catalogued mistake if one matches), then every gradient."""
+        device, dtype = setting
+        text = _case_text(case, dtype, device)
+        problem = _compare_outputs(expected, got, self.outputs, dtype, device)
         if problem:
-            _fail(ex, case, dtype, device, problem)
-
-
-def _check_function(ex, student_fn, cases, names, thorough, grad_names=None) -> int:
-    n = 0
-    for device, dtype in _settings(thorough):
-        for i, case in enumerate(cases):
-            g = torch.Generator().manual_seed(1000 + i)
-            base = case.make(g)
-            ref_in = _move(base, dtype, device, True)
-            expected = _as_tuple(ex.reference(**ref_in))
-            stu_in = _move(base, dtype, device, True)
-            try:
-                got = _run_student(ex, student_fn, lambda: student_fn(**stu_in))  # noqa: B023
-            except (ImplementThisYourself, NotImplementedError):
-                raise
-            except Exception as err:
-                _fail(ex, case, dtype, device, f"your function raised {type(err).__name__}: {err}")
-
-            def run_mistake(impl, base=base):
-                return impl(**_move(base, dtype, device, False))  # noqa: B023
-
-            ref_leaves, stu_leaves = _grad_leaves(ref_in), _grad_leaves(stu_in)
-            no_grad = (
-                "no gradient flows back to `{key}`: your output is cut off from the autograd graph "
-                "(.detach(), .item(), numpy or a new torch.tensor(...))"
+            same = lambda a, b: _same(a, b, dtype, device)  # noqa: E731
+            fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same))
+        cot = _cotangents(expected, seed=7 + index)
+        ref_grads = _backward(expected, cot, [v for _, v in ref_leaves])
+        stu_grads = _backward(_as_tuple(got), cot, [v for _, v in stu_leaves])
+        for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
+            if rg is None:
+                continue
+            if sg is None:
+                fail(ex, self.no_grad.format(key=key), text)
+            problem = _compare_tensor(
+                rg, sg, f"the gradient with respect to `{key}`", dtype, device
             )
-            _compare_run(
-                ex,
-                case,
-                dtype,
-                device,
-                names,
-                expected,
-                got,
-                run_mistake,
-                i,
-                ref_leaves,
-                stu_leaves,
-                no_grad,
+            if problem:
+                fail(ex, problem, text)
+
+
+def _student_call(ex, student_obj, call, what: str, case_text: str | None = None):
+    """call() under the exercise's forbidden names; the student's own exception fails the check."""
+    try:
+        return ex.run_student(student_obj, call)
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except Exception as err:
+        fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, cause=err)
+
+
+class FunctionDriver(_TensorDriver):
+    """A function of tensors: same inputs (every dtype and device), outputs and input gradients.
+
+    `cases(thorough)` gives Case objects whose ``make(generator)`` returns the keyword arguments;
+    `outputs` names the returned tensors (a tuple return has one name per value).
+    """
+
+    no_grad = (
+        "no gradient flows back to `{key}`: your output is cut off from the autograd graph "
+        "(.detach(), .item(), numpy or a new torch.tensor(...))"
+    )
+
+    def run_case(self, ex, student_fn, case, index, setting) -> None:
+        device, dtype = setting
+        base = case.make(torch.Generator().manual_seed(1000 + index))
+        ref_in = _move(base, dtype, device, True)
+        expected = _as_tuple(ex.reference(**ref_in))
+        stu_in = _move(base, dtype, device, True)
+        text = _case_text(case, dtype, device)
+        got = _student_call(ex, student_fn, lambda: student_fn(**stu_in), "your function", text)
+
+        def run_mistake(impl):
+            return impl(**_move(base, dtype, device, False))
+
+        leaves = (_grad_leaves(ref_in), _grad_leaves(stu_in))
+        self.compare(ex, case, setting, expected, got, run_mistake, index, *leaves)
+
+
+class ModuleDriver(_TensorDriver):
+    """An nn.Module class: built from ``case.init``, the reference's weights copied in, then
+    outputs, input gradients and parameter gradients compared as for FunctionDriver."""
+
+    no_grad = "no gradient reaches `{key}` (is it used in forward?)"
+
+    def run_case(self, ex, student_cls, case, index, setting) -> None:
+        device, dtype = setting
+        text = _case_text(case, dtype, device)
+        base = case.make(torch.Generator().manual_seed(2000 + index))
+        with torch.random.fork_rng(devices=[]):
+            reference = ex.reference(**case.init)
+        _init_parameters(reference, seed=3000 + index)
+        reference.to(device=device, dtype=dtype).eval()
+        with torch.random.fork_rng(devices=[]):
+            student = _student_call(
+                ex, student_cls, lambda: student_cls(**case.init), "constructing your module", text
             )
-            n += 1
-    return n
+        if not isinstance(student, nn.Module):
+            fail(ex, f"{ex.name} should be an nn.Module subclass", text)
+        student.to(device=device, dtype=dtype)
+        _copy_weights(ex, reference, student, case)
+        student.eval()
+
+        ref_in = _move(base, dtype, device, True)
+        expected = _as_tuple(reference(**ref_in))
+        stu_in = _move(base, dtype, device, True)
+        got = _student_call(ex, student_cls, lambda: student(**stu_in), "your forward", text)
+
+        def run_mistake(impl):
+            wrong = impl(**case.init)
+            wrong.load_state_dict(reference.state_dict())
+            wrong.to(device=device, dtype=dtype).eval()
+            return wrong(**_move(base, dtype, device, False))
+
+        stu_params = dict(student.named_parameters())
+        ref_leaves = _grad_leaves(ref_in) + list(reference.named_parameters())
+        stu_leaves = _grad_leaves(stu_in) + [
+            (k, stu_params[k]) for k, _ in reference.named_parameters()
+        ]
+        self.compare(ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One exact-output case: the arguments of one call (for ExactDriver)."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def text(self, name: str) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{name}({', '.join(parts)})"
+
+
+def exactly_equal(got, expected) -> bool:
+    """Exact equality: tensors by dtype, shape, device and entries; numbers by value (a bool is not
+    a number); anything else by ==."""
+    if isinstance(expected, torch.Tensor):
+        return _identical(got, expected)
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
+    return got == expected
+
+
+class ExactDriver(Driver):
+    """A function whose result must equal the reference's exactly (counts, masks, token ids).
+
+    `cases(thorough)` gives Call objects; each failure reads "name(args) returned X, expected Y".
+    `covered` is the passing line's summary, e.g. "every kind, length and kernel size".
+    """
+
+    def __init__(
+        self,
+        cases: Callable[[bool], list[Call]],
+        covered: str = "every case",
+        equal: Callable = exactly_equal,
+    ):
+        self._cases, self._covered, self.equal = cases, covered, equal
+
+    def cases(self, thorough: bool) -> list[Call]:
+        return self._cases(thorough)
+
+    def covered(self, thorough: bool) -> str:
+        return self._covered
+
+    def run_case(self, ex, student_fn, call: Call, index, setting) -> None:
+        expected = ex.reference(*call.args, **call.kwargs)
+        text = call.text(ex.name)
+        got = _student_call(ex, student_fn, lambda: student_fn(*call.args, **call.kwargs), text)
+        if not self.equal(got, expected):
+            mistake = ex.diagnose(
+                lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal
+            )
+            fail(ex, f"{text} returned {got!r}, expected {expected}", mistake=mistake)
+
+
+class CustomDriver(Driver):
+    """A check that does not fit the drivers above (traces, statistical properties): `check(ex,
+    student_obj, thorough)` runs it, failing through ``fail`` and naming mistakes through
+    ``ex.diagnose``, and returns the number of cases (or (number, what it covered))."""
+
+    def __init__(self, check: Callable):
+        self.check = check
+
+    def run(self, ex, student_obj, thorough: bool):
+        return self.check(ex, student_obj, thorough)
+
+
+# ----------------------------------------------------------------------------------------------
+# Running a check.
 
 
 def _init_parameters(module: nn.Module, seed: int) -> None:
@@ -467,105 +735,37 @@ def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: 
     if stu_keys != set(ref_state):
         missing = sorted(set(ref_state) - stu_keys)
         extra = sorted(stu_keys - set(ref_state))
-        raise CheckFailed(
-            f"{ex.name}: your module's parameters do not match the reference's, so its weights "
+        fail(
+            ex,
+            "your module's parameters do not match the reference's, so its weights "
             f"cannot be copied in.\n  missing: {missing or 'none'}; unexpected: {extra or 'none'}\n"
-            f"  expected parameter names: {sorted(ref_state)} (case: {case.label})"
+            f"  expected parameter names: {sorted(ref_state)} (case: {case.label})",
         )
     for key, value in ref_state.items():
         mine = student.state_dict()[key]
         if mine.shape != value.shape:
-            raise CheckFailed(
-                f"{ex.name}: parameter `{key}` has shape {tuple(mine.shape)} but the reference's "
-                f"has shape {tuple(value.shape)} (case: {case.label})"
+            fail(
+                ex,
+                f"parameter `{key}` has shape {tuple(mine.shape)} but the reference's "
+                f"has shape {tuple(value.shape)} (case: {case.label})",
             )
     student.load_state_dict(ref_state)
 
 
-def _check_module(ex, student_cls, cases, names, thorough) -> int:
-    n = 0
-    for device, dtype in _settings(thorough):
-        for i, case in enumerate(cases):
-            g = torch.Generator().manual_seed(2000 + i)
-            base = case.make(g)
-            with torch.random.fork_rng(devices=[]):
-                reference = ex.reference(**case.init)
-            _init_parameters(reference, seed=3000 + i)
-            reference.to(device=device, dtype=dtype).eval()
-            try:
-                with torch.random.fork_rng(devices=[]):
-                    student = _run_student(ex, student_cls, lambda: student_cls(**case.init))  # noqa: B023
-            except (ImplementThisYourself, NotImplementedError):
-                raise
-            except Exception as err:
-                _fail(
-                    ex,
-                    case,
-                    dtype,
-                    device,
-                    f"constructing your module raised {type(err).__name__}: {err}",
-                )
-            if not isinstance(student, nn.Module):
-                _fail(ex, case, dtype, device, f"{ex.name} should be an nn.Module subclass")
-            student.to(device=device, dtype=dtype)
-            _copy_weights(ex, reference, student, case)
-            student.eval()
-
-            ref_in = _move(base, dtype, device, True)
-            expected = _as_tuple(reference(**ref_in))
-            stu_in = _move(base, dtype, device, True)
-            try:
-                got = _run_student(ex, student_cls, lambda: student(**stu_in))  # noqa: B023
-            except (ImplementThisYourself, NotImplementedError):
-                raise
-            except Exception as err:
-                _fail(ex, case, dtype, device, f"your forward raised {type(err).__name__}: {err}")
-
-            def run_mistake(impl, base=base, reference=reference):
-                wrong = impl(**case.init)  # noqa: B023
-                wrong.load_state_dict(reference.state_dict())
-                wrong.to(device=device, dtype=dtype).eval()  # noqa: B023
-                return wrong(**_move(base, dtype, device, False))  # noqa: B023
-
-            stu_params = dict(student.named_parameters())
-            ref_leaves = _grad_leaves(ref_in) + list(reference.named_parameters())
-            stu_leaves = _grad_leaves(stu_in) + [
-                (k, stu_params[k]) for k, _ in reference.named_parameters()
-            ]
-            no_grad = "no gradient reaches `{key}` (is it used in forward?)"
-            _compare_run(
-                ex,
-                case,
-                dtype,
-                device,
-                names,
-                expected,
-                got,
-                run_mistake,
-                i,
-                ref_leaves,
-                stu_leaves,
-                no_grad,
-            )
-            n += 1
-    return n
-
-
 def _passed(
     ex: Exercise, student_obj, n_cases: int, thorough: bool, seconds: float, what: str
-) -> bool:
+) -> None:
     kind = "thorough" if thorough else "visible"
     print(f"✓ {ex.name}: all {n_cases} {kind} checks passed ({what}; {seconds:.2f} s)")
     if not grading_mode():
         from .. import student as _student
 
         _student.save(ex.name, student_obj, thorough=thorough)
-    return True
 
 
-def _run(ex: Exercise, student_obj, cases, names, thorough, kind: str) -> bool:
+def _run_driver(ex: Exercise, student_obj, thorough: bool, driver: Driver) -> None:
     if student_obj is None:
-        raise CheckFailed(f"{ex.name}: pass your implementation, e.g. check.{ex.name}({ex.name})")
+        fail(ex, f"pass your implementation, e.g. check.{ex.name}({ex.name})")
     if getattr(student_obj, "_transformer_lab_forbidden", None) or student_obj is ex.reference:
         raise ImplementThisYourself(
             f"implement this yourself: check.{ex.name} was given the reference implementation, "
@@ -585,17 +785,32 @@ def _run(ex: Exercise, student_obj, cases, names, thorough, kind: str) -> bool:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one thread is several times faster on a busy CPU
     try:
-        if kind == "module":
-            n = _check_module(ex, student_obj, cases, names, thorough)
-        elif kind == "function":
-            n = _check_function(ex, student_obj, cases, names, thorough)
-        else:
-            n = kind(ex, student_obj, thorough)
+        n = driver.run(ex, student_obj, thorough)
     finally:
         torch.set_num_threads(threads)
-    if callable(kind):  # a custom check returns its count, or (count, what it covered)
-        n, what = n if isinstance(n, tuple) else (n, "every case")
+    n, what = n if isinstance(n, tuple) else (n, driver.covered(thorough))
+    _passed(ex, student_obj, n, thorough, time.perf_counter() - start, what)
+
+
+def _run(ex: Exercise, student_obj, cases, names, thorough, kind) -> None:
+    """Old entry point (lesson modules not converted yet): kind "function", "module" or a callable
+    check(ex, student_obj, thorough)."""
+    if kind == "module":
+        driver = ModuleDriver(lambda t: cases, names)
+    elif kind == "function":
+        driver = FunctionDriver(lambda t: cases, names)
     else:
-        where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
-        what = f"forward and gradients, float64 and float32 on {where}"
-    return _passed(ex, student_obj, n, thorough, time.perf_counter() - start, what)
+        driver = CustomDriver(kind)
+    _run_driver(ex, student_obj, thorough, driver)
+
+
+def _diagnose(ex: Exercise, run_mistake: Callable, expected, got, dtype, device) -> str:
+    """Old form of ``ex.diagnose`` (returns "\nLikely mistake: ..." or ""); kept until every lesson
+    is converted."""
+    mistake = ex.diagnose(run_mistake, got, expected, lambda a, b: _same(a, b, dtype, device))
+    return f"\nLikely mistake: {mistake.sentence}" if mistake else ""
+
+
+def _check_function(ex, student_fn, cases, names, thorough) -> int:
+    """Old form of FunctionDriver(...).run; kept until every lesson is converted."""
+    return FunctionDriver(lambda t: cases, names).run(ex, student_fn, thorough)

@@ -7,16 +7,7 @@ import math
 import torch
 
 from .. import rnn as _rnn
-from .engine import (
-    Case,
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    _register,
-    _run,
-    _run_student,
-)
+from .engine import Call, Case, ExactDriver, Exercise, Mistake, ModuleDriver
 
 __all__ = ["RNN", "sequential_steps"]
 
@@ -62,43 +53,6 @@ class _RNNNoCarry(_rnn.RNN):
         return torch.stack(outs, 1), outs[-1]
 
 
-_RNN_EX = _register(
-    Exercise(
-        name="RNN",
-        lesson="01",
-        module="rnn",
-        reference=_rnn.RNN,
-        forbidden=(
-            "torch.nn.RNN",
-            "torch.nn.RNNCell",
-            "torch.nn.LSTM",
-            "torch.nn.GRU",
-            "torch.rnn_tanh",
-            "torch.rnn_tanh_cell",
-            "transformer_lab.rnn.RNN",
-            "transformer_lab.RNN",
-        ),
-        mistakes=[
-            Mistake("the tanh is missing: h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b).", _RNNNoTanh),
-            Mistake("the recurrence uses ReLU; this RNN uses tanh.", _RNNRelu),
-            Mistake(
-                "h0 is ignored: when an initial state is given, start the loop from it.",
-                _RNNIgnoresH0,
-            ),
-            Mistake(
-                "the loop reads the sequence backwards: step t must read x[:, t], t = 0 … L-1.",
-                _RNNBackwards,
-            ),
-            Mistake(
-                "the hidden state is not carried from step to step: every step must feed the previous "
-                "step's h into w_hh (assign h = tanh(...) inside the loop).",
-                _RNNNoCarry,
-            ),
-        ],
-    )
-)
-
-
 def _rnn_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_in, d_h, h0=False):
         def make(g):
@@ -121,9 +75,46 @@ def _rnn_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def RNN(student_cls, thorough: bool = False) -> bool:
-    """Check an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)."""
-    return _run(_RNN_EX, student_cls, _rnn_cases(thorough), ("outputs", "h_L"), thorough, "module")
+RNN = Exercise(
+    name="RNN",
+    lesson="01",
+    module="rnn",
+    reference=_rnn.RNN,
+    forbidden=(
+        "torch.nn.RNN",
+        "torch.nn.RNNCell",
+        "torch.nn.LSTM",
+        "torch.nn.GRU",
+        "torch.rnn_tanh",
+        "torch.rnn_tanh_cell",
+        "transformer_lab.rnn.RNN",
+        "transformer_lab.RNN",
+    ),
+    mistakes=[
+        Mistake(
+            "no-tanh", "the tanh is missing: h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b).", _RNNNoTanh
+        ),
+        Mistake("relu", "the recurrence uses ReLU; this RNN uses tanh.", _RNNRelu),
+        Mistake(
+            "h0-ignored",
+            "h0 is ignored: when an initial state is given, start the loop from it.",
+            _RNNIgnoresH0,
+        ),
+        Mistake(
+            "backwards",
+            "the loop reads the sequence backwards: step t must read x[:, t], t = 0 … L-1.",
+            _RNNBackwards,
+        ),
+        Mistake(
+            "no-carry",
+            "the hidden state is not carried from step to step: every step must feed the previous "
+            "step's h into w_hh (assign h = tanh(...) inside the loop).",
+            _RNNNoCarry,
+        ),
+    ],
+    driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),
+    doc="an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)",
+)
 
 
 def _steps_plain(kind, n, kernel_size=3):
@@ -161,45 +152,7 @@ def _steps_conv_zero(kind, n, kernel_size=3):
     return _steps_plain(kind, n, kernel_size)
 
 
-_STEPS_EX = _register(
-    Exercise(
-        name="sequential_steps",
-        lesson="01",
-        module="rnn",
-        reference=_rnn.sequential_steps,
-        forbidden=(
-            "transformer_lab.rnn.sequential_steps",
-            "transformer_lab.sequential_steps",
-            "transformer_lab.rnn.max_path_length",
-            "transformer_lab.max_path_length",
-        ),
-        mistakes=[
-            Mistake(
-                "each extra width-k convolution layer widens the window by k-1 tokens, not k: a stack "
-                "needs ceil((n-1)/(k-1)) layers.",
-                _steps_conv_ceil_n_over_k,
-            ),
-            Mistake(
-                "log_k(n) layers is for dilated convolutions; plain stacked ones need ceil((n-1)/(k-1)).",
-                _steps_conv_log,
-            ),
-            Mistake(
-                "self-attention connects every pair of positions in a single step: 1, whatever n.",
-                _steps_attention_n,
-            ),
-            Mistake(
-                "an RNN needs one step per token, n (n-1 is its path length between the ends).",
-                _steps_rnn_n_minus_1,
-            ),
-            Mistake(
-                "a single token still needs one layer: the answer is at least 1.", _steps_conv_zero
-            ),
-        ],
-    )
-)
-
-
-def _check_steps(ex: Exercise, student_fn, thorough: bool) -> int:
+def _steps_cases(thorough: bool) -> list[Call]:
     grid = [("rnn", 1, 3), ("rnn", 10, 3), ("attention", 10, 3), ("conv", 9, 3), ("conv", 10, 5)]
     if thorough:
         grid += [
@@ -208,31 +161,48 @@ def _check_steps(ex: Exercise, student_fn, thorough: bool) -> int:
             for n in (1, 2, 3, 7, 64, 100, 513)
             for k in (2, 3, 4, 7)
         ]
-    for kind, n, k in grid:
-        expected = ex.reference(kind, n, k)
-        try:
-            got = _run_student(ex, student_fn, lambda: student_fn(kind, n, kernel_size=k))  # noqa: B023
-        except (ImplementThisYourself, NotImplementedError):
-            raise
-        except Exception as err:
-            raise CheckFailed(
-                f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) raised "
-                f"{type(err).__name__}: {err}"
-            ) from None
-        if not isinstance(got, (int, float)) or isinstance(got, bool) or got != expected:
-            hint = ""
-            for mistake in ex.mistakes:
-                wrong = mistake.impl(kind, n, k)
-                if wrong == got and wrong != expected:
-                    hint = f"\nLikely mistake: {mistake.sentence}"
-                    break
-            raise CheckFailed(
-                f"{ex.name}: sequential_steps({kind!r}, {n}, kernel_size={k}) returned {got!r}, "
-                f"expected {expected}{hint}"
-            )
-    return len(grid), "every kind, length and kernel size"
+    return [Call((kind, n), {"kernel_size": k}) for kind, n, k in grid]
 
 
-def sequential_steps(student_fn, thorough: bool = False) -> bool:
-    """Check sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'."""
-    return _run(_STEPS_EX, student_fn, None, None, thorough, _check_steps)
+sequential_steps = Exercise(
+    name="sequential_steps",
+    lesson="01",
+    module="rnn",
+    reference=_rnn.sequential_steps,
+    forbidden=(
+        "transformer_lab.rnn.sequential_steps",
+        "transformer_lab.sequential_steps",
+        "transformer_lab.rnn.max_path_length",
+        "transformer_lab.max_path_length",
+    ),
+    mistakes=[
+        Mistake(
+            "conv-n-over-k",
+            "each extra width-k convolution layer widens the window by k-1 tokens, not k: a stack "
+            "needs ceil((n-1)/(k-1)) layers.",
+            _steps_conv_ceil_n_over_k,
+        ),
+        Mistake(
+            "conv-log",
+            "log_k(n) layers is for dilated convolutions; plain stacked ones need ceil((n-1)/(k-1)).",
+            _steps_conv_log,
+        ),
+        Mistake(
+            "attention-n",
+            "self-attention connects every pair of positions in a single step: 1, whatever n.",
+            _steps_attention_n,
+        ),
+        Mistake(
+            "rnn-n-minus-1",
+            "an RNN needs one step per token, n (n-1 is its path length between the ends).",
+            _steps_rnn_n_minus_1,
+        ),
+        Mistake(
+            "conv-zero",
+            "a single token still needs one layer: the answer is at least 1.",
+            _steps_conv_zero,
+        ),
+    ],
+    driver=ExactDriver(_steps_cases, covered="every kind, length and kernel size"),
+    doc="sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'",
+)

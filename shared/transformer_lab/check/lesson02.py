@@ -7,13 +7,7 @@ import math
 import torch
 
 from .. import attention as _attention
-from .engine import (
-    Case,
-    Exercise,
-    Mistake,
-    _register,
-    _run,
-)
+from .engine import Case, Exercise, FunctionDriver, Mistake, ModuleDriver
 
 __all__ = ["SelfAttention", "scaled_dot_product_attention"]
 
@@ -98,56 +92,6 @@ def _sdpa_nan_rows(q, k, v, mask=None):
     return w @ v, w
 
 
-_SDPA_EX = _register(
-    Exercise(
-        name="scaled_dot_product_attention",
-        lesson="02",
-        module="attention",
-        reference=_attention.scaled_dot_product_attention,
-        forbidden=(
-            "torch.nn.functional.scaled_dot_product_attention",
-            "torch._C._nn.scaled_dot_product_attention",
-            "torch.nn.functional.multi_head_attention_forward",
-            "torch.nn.MultiheadAttention",
-            "transformer_lab.attention.scaled_dot_product_attention",
-            "transformer_lab.attention.fused_attention",
-            "transformer_lab.scaled_dot_product_attention",
-        ),
-        mistakes=[
-            Mistake("your scores are not divided by √d_k.", _sdpa_no_scale),
-            Mistake("your scores are divided by d_k instead of √d_k.", _sdpa_scale_d_k),
-            Mistake(
-                "softmax runs over the query axis (dim=-2); it must run over the keys (dim=-1).",
-                _sdpa_query_axis,
-            ),
-            Mistake(
-                "the mask is applied after softmax: fill the masked scores with -inf before the "
-                "softmax so each row still sums to 1.",
-                _sdpa_mask_after_softmax,
-            ),
-            Mistake(
-                "the mask is inverted: True means 'may attend', so fill where the mask is False (~mask).",
-                _sdpa_mask_inverted,
-            ),
-            Mistake(
-                "masked scores are set to 0 instead of -inf, so masked keys still get weight.",
-                _sdpa_mask_zero,
-            ),
-            Mistake(
-                "exp(scores) / sum(exp(scores)) overflows for large scores: subtract each row's maximum "
-                "first, or use torch.softmax.",
-                _sdpa_naive_exp,
-            ),
-            Mistake(
-                "a query whose keys are all masked gets NaN weights; the contract asks for zeros "
-                "there (e.g. weights.nan_to_num(0.0)).",
-                _sdpa_nan_rows,
-            ),
-        ],
-    )
-)
-
-
 def _sdpa_cases(thorough: bool) -> list[Case]:
     def case(batch, Lq, Lk, d_k, d_v, mask=None, scale=1.0, label=""):
         def make(g):
@@ -221,11 +165,60 @@ def _sdpa_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def scaled_dot_product_attention(student_fn, thorough: bool = False) -> bool:
-    """Check scaled_dot_product_attention(q, k, v, mask=None) -> (output, weights)."""
-    return _run(
-        _SDPA_EX, student_fn, _sdpa_cases(thorough), ("output", "weights"), thorough, "function"
-    )
+scaled_dot_product_attention = Exercise(
+    name="scaled_dot_product_attention",
+    lesson="02",
+    module="attention",
+    reference=_attention.scaled_dot_product_attention,
+    forbidden=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch._C._nn.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "torch.nn.MultiheadAttention",
+        "transformer_lab.attention.scaled_dot_product_attention",
+        "transformer_lab.attention.fused_attention",
+        "transformer_lab.scaled_dot_product_attention",
+    ),
+    mistakes=[
+        Mistake("no-scale", "your scores are not divided by √d_k.", _sdpa_no_scale),
+        Mistake("scale-by-d_k", "your scores are divided by d_k instead of √d_k.", _sdpa_scale_d_k),
+        Mistake(
+            "softmax-query-axis",
+            "softmax runs over the query axis (dim=-2); it must run over the keys (dim=-1).",
+            _sdpa_query_axis,
+        ),
+        Mistake(
+            "mask-after-softmax",
+            "the mask is applied after softmax: fill the masked scores with -inf before the "
+            "softmax so each row still sums to 1.",
+            _sdpa_mask_after_softmax,
+        ),
+        Mistake(
+            "mask-inverted",
+            "the mask is inverted: True means 'may attend', so fill where the mask is False (~mask).",
+            _sdpa_mask_inverted,
+        ),
+        Mistake(
+            "mask-zero",
+            "masked scores are set to 0 instead of -inf, so masked keys still get weight.",
+            _sdpa_mask_zero,
+        ),
+        Mistake(
+            "naive-exp",
+            "exp(scores) / sum(exp(scores)) overflows for large scores: subtract each row's maximum "
+            "first, or use torch.softmax.",
+            _sdpa_naive_exp,
+        ),
+        Mistake(
+            "nan-rows",
+            "a query whose keys are all masked gets NaN weights; the contract asks for zeros "
+            "there (e.g. weights.nan_to_num(0.0)).",
+            _sdpa_nan_rows,
+        ),
+    ],
+    driver=FunctionDriver(_sdpa_cases, outputs=("output", "weights")),
+    doc="scaled_dot_product_attention(q, k, v, mask=None) -> (output, weights)",
+)
 
 
 class _SelfAttentionValuesAreX(_attention.SelfAttention):
@@ -268,53 +261,6 @@ class _SelfAttentionUnscaled(_attention.SelfAttention):
         return out
 
 
-_SELF_ATTENTION_EX = _register(
-    Exercise(
-        name="SelfAttention",
-        lesson="02",
-        module="attention",
-        reference=_attention.SelfAttention,
-        forbidden=(
-            "torch.nn.functional.scaled_dot_product_attention",
-            "torch._C._nn.scaled_dot_product_attention",
-            "torch.nn.functional.multi_head_attention_forward",
-            "torch.nn.MultiheadAttention",
-            "transformer_lab.attention.scaled_dot_product_attention",
-            "transformer_lab.attention.fused_attention",
-            "transformer_lab.attention.SelfAttention",
-            "transformer_lab.scaled_dot_product_attention",
-            "transformer_lab.SelfAttention",
-            "transformer_lab.multihead.MultiHeadAttention",
-        ),
-        mistakes=[
-            Mistake(
-                "the values are the raw inputs x: compute V = X W^V with self.w_v.",
-                _SelfAttentionValuesAreX,
-            ),
-            Mistake(
-                "the keys are computed with w_q: K = X W^K uses self.w_k.", _SelfAttentionKeysFromWq
-            ),
-            Mistake(
-                "queries and keys are swapped: the scores are Q Kᵀ, one row per query.",
-                _SelfAttentionSwapped,
-            ),
-            Mistake(
-                "the projections use W instead of Wᵀ: nn.Linear computes x Wᵀ; call self.w_q(x) "
-                "rather than x @ self.w_q.weight.",
-                _SelfAttentionUntransposed,
-            ),
-            Mistake(
-                "the mask argument is ignored: pass it on to the attention function.",
-                _SelfAttentionIgnoresMask,
-            ),
-            Mistake(
-                "the scores inside your layer are not divided by √d_k.", _SelfAttentionUnscaled
-            ),
-        ],
-    )
-)
-
-
 def _self_attention_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_model, d_k=None, d_v=None, mask=False):
         def make(g):
@@ -338,13 +284,56 @@ def _self_attention_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def SelfAttention(student_cls, thorough: bool = False) -> bool:
-    """Check a SelfAttention class: SelfAttention(d_model, d_k=None, d_v=None), forward(x, mask=None)."""
-    return _run(
-        _SELF_ATTENTION_EX,
-        student_cls,
-        _self_attention_cases(thorough),
-        ("output",),
-        thorough,
-        "module",
-    )
+SelfAttention = Exercise(
+    name="SelfAttention",
+    lesson="02",
+    module="attention",
+    reference=_attention.SelfAttention,
+    forbidden=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch._C._nn.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "torch.nn.MultiheadAttention",
+        "transformer_lab.attention.scaled_dot_product_attention",
+        "transformer_lab.attention.fused_attention",
+        "transformer_lab.attention.SelfAttention",
+        "transformer_lab.scaled_dot_product_attention",
+        "transformer_lab.SelfAttention",
+        "transformer_lab.multihead.MultiHeadAttention",
+    ),
+    mistakes=[
+        Mistake(
+            "values-are-x",
+            "the values are the raw inputs x: compute V = X W^V with self.w_v.",
+            _SelfAttentionValuesAreX,
+        ),
+        Mistake(
+            "keys-from-w_q",
+            "the keys are computed with w_q: K = X W^K uses self.w_k.",
+            _SelfAttentionKeysFromWq,
+        ),
+        Mistake(
+            "q-k-swapped",
+            "queries and keys are swapped: the scores are Q Kᵀ, one row per query.",
+            _SelfAttentionSwapped,
+        ),
+        Mistake(
+            "untransposed-weights",
+            "the projections use W instead of Wᵀ: nn.Linear computes x Wᵀ; call self.w_q(x) "
+            "rather than x @ self.w_q.weight.",
+            _SelfAttentionUntransposed,
+        ),
+        Mistake(
+            "mask-ignored",
+            "the mask argument is ignored: pass it on to the attention function.",
+            _SelfAttentionIgnoresMask,
+        ),
+        Mistake(
+            "no-scale",
+            "the scores inside your layer are not divided by √d_k.",
+            _SelfAttentionUnscaled,
+        ),
+    ],
+    driver=ModuleDriver(_self_attention_cases, outputs=("output",)),
+    doc="a SelfAttention class: SelfAttention(d_model, d_k=None, d_v=None), forward(x, mask=None)",
+)

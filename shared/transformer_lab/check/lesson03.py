@@ -7,7 +7,7 @@ import math
 import torch
 
 from .. import multihead as _multihead
-from .engine import Case, Exercise, Mistake, _register, _run
+from .engine import Case, Exercise, FunctionDriver, Mistake, ModuleDriver
 
 __all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
 
@@ -63,38 +63,6 @@ _FORBIDDEN_SPLIT = (
     "transformer_lab.merge_heads",
 )
 
-_SPLIT_EX = _register(
-    Exercise(
-        name="split_heads",
-        lesson="03",
-        module="multihead",
-        reference=_multihead.split_heads,
-        forbidden=_FORBIDDEN_SPLIT,
-        mistakes=[
-            Mistake(
-                "you reshaped (B, L, d_model) straight to (B, h, L, d_k), which mixes positions "
-                "and features: view as (B, L, h, d_k) first, then transpose(1, 2).",
-                _split_no_transpose,
-            ),
-            Mistake(
-                "head i must own the contiguous features [i·d_k, (i+1)·d_k), but yours takes "
-                "every h-th feature: view as (B, L, h, d_k), not (B, L, d_k, h).",
-                _split_interleaved,
-            ),
-            Mistake(
-                "you transposed (L, d_model) before splitting the features, which mixes positions "
-                "into the heads: split the last axis into (h, d_k) first, then swap L and h.",
-                _split_transpose_first,
-            ),
-            Mistake(
-                "the head axis must come before the positions: after the view to (B, L, h, d_k), "
-                "call transpose(1, 2) to get (B, h, L, d_k).",
-                _split_no_swap,
-            ),
-        ],
-    )
-)
-
 
 def _split_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_model, n_heads):
@@ -118,9 +86,41 @@ def _split_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def split_heads(student_fn, thorough: bool = False) -> bool:
-    """Check split_heads(x, n_heads): (B, L, d_model) -> (B, h, L, d_model / h)."""
-    return _run(_SPLIT_EX, student_fn, _split_cases(thorough), ("output",), thorough, "function")
+split_heads = Exercise(
+    name="split_heads",
+    lesson="03",
+    module="multihead",
+    reference=_multihead.split_heads,
+    forbidden=_FORBIDDEN_SPLIT,
+    mistakes=[
+        Mistake(
+            "no-transpose",
+            "you reshaped (B, L, d_model) straight to (B, h, L, d_k), which mixes positions "
+            "and features: view as (B, L, h, d_k) first, then transpose(1, 2).",
+            _split_no_transpose,
+        ),
+        Mistake(
+            "interleaved",
+            "head i must own the contiguous features [i·d_k, (i+1)·d_k), but yours takes "
+            "every h-th feature: view as (B, L, h, d_k), not (B, L, d_k, h).",
+            _split_interleaved,
+        ),
+        Mistake(
+            "transpose-first",
+            "you transposed (L, d_model) before splitting the features, which mixes positions "
+            "into the heads: split the last axis into (h, d_k) first, then swap L and h.",
+            _split_transpose_first,
+        ),
+        Mistake(
+            "no-swap",
+            "the head axis must come before the positions: after the view to (B, L, h, d_k), "
+            "call transpose(1, 2) to get (B, h, L, d_k).",
+            _split_no_swap,
+        ),
+    ],
+    driver=FunctionDriver(_split_cases, outputs=("output",)),
+    doc="split_heads(x, n_heads): (B, L, d_model) -> (B, h, L, d_model / h)",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,37 +145,6 @@ def _merge_mean(x):
     return x.mean(1)
 
 
-_MERGE_EX = _register(
-    Exercise(
-        name="merge_heads",
-        lesson="03",
-        module="multihead",
-        reference=_multihead.merge_heads,
-        forbidden=_FORBIDDEN_SPLIT,
-        mistakes=[
-            Mistake(
-                "you reshaped (B, h, L, d_k) straight to (B, L, h·d_k), which mixes heads and "
-                "positions: transpose(1, 2) back to (B, L, h, d_k) before the reshape.",
-                _merge_no_transpose,
-            ),
-            Mistake(
-                "the heads must be concatenated (feature i·d_k + j comes from head i), but yours "
-                "interleaves them: bring the axes to (B, L, h, d_k), not (B, L, d_k, h).",
-                _merge_interleaved,
-            ),
-            Mistake(
-                "after transpose(1, 2) the result is still 4-D: reshape it to (B, L, h·d_k).",
-                _merge_no_reshape,
-            ),
-            Mistake(
-                "the heads are averaged; concatenate them instead (the output has h·d_k features).",
-                _merge_mean,
-            ),
-        ],
-    )
-)
-
-
 def _merge_cases(thorough: bool) -> list[Case]:
     def case(B, h, L, d_k):
         def make(g):
@@ -195,9 +164,39 @@ def _merge_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def merge_heads(student_fn, thorough: bool = False) -> bool:
-    """Check merge_heads(x): (B, h, L, d_k) -> (B, L, h * d_k), the inverse of split_heads."""
-    return _run(_MERGE_EX, student_fn, _merge_cases(thorough), ("output",), thorough, "function")
+merge_heads = Exercise(
+    name="merge_heads",
+    lesson="03",
+    module="multihead",
+    reference=_multihead.merge_heads,
+    forbidden=_FORBIDDEN_SPLIT,
+    mistakes=[
+        Mistake(
+            "no-transpose",
+            "you reshaped (B, h, L, d_k) straight to (B, L, h·d_k), which mixes heads and "
+            "positions: transpose(1, 2) back to (B, L, h, d_k) before the reshape.",
+            _merge_no_transpose,
+        ),
+        Mistake(
+            "interleaved",
+            "the heads must be concatenated (feature i·d_k + j comes from head i), but yours "
+            "interleaves them: bring the axes to (B, L, h, d_k), not (B, L, d_k, h).",
+            _merge_interleaved,
+        ),
+        Mistake(
+            "no-reshape",
+            "after transpose(1, 2) the result is still 4-D: reshape it to (B, L, h·d_k).",
+            _merge_no_reshape,
+        ),
+        Mistake(
+            "mean",
+            "the heads are averaged; concatenate them instead (the output has h·d_k features).",
+            _merge_mean,
+        ),
+    ],
+    driver=FunctionDriver(_merge_cases, outputs=("output",)),
+    doc="merge_heads(x): (B, h, L, d_k) -> (B, L, h * d_k), the inverse of split_heads",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,56 +251,6 @@ class _MHASingleHead(_multihead.MultiHeadAttention):
         return self.w_o(_sdpa(q, k, v, mask))
 
 
-_MHA_EX = _register(
-    Exercise(
-        name="MultiHeadAttention",
-        lesson="03",
-        module="multihead",
-        reference=_multihead.MultiHeadAttention,
-        forbidden=(
-            "torch.nn.functional.scaled_dot_product_attention",
-            "torch._C._nn.scaled_dot_product_attention",
-            "torch.nn.functional.multi_head_attention_forward",
-            "torch.nn.MultiheadAttention",
-            "transformer_lab.attention.fused_attention",
-            "transformer_lab.multihead.MultiHeadAttention",
-            "transformer_lab.MultiHeadAttention",
-        ),
-        mistakes=[
-            Mistake(
-                "the output projection W^O is missing: return self.w_o(merge_heads(...)).",
-                _MHANoWo,
-            ),
-            Mistake(
-                "the keys and values must come from `context` when it is given (cross-attention); "
-                "yours are computed from x.",
-                _MHAContextIgnored,
-            ),
-            Mistake(
-                "each head's scores must be divided by √d_k with d_k = d_model / h, not by "
-                "√d_model.",
-                _MHAScaleDModel,
-            ),
-            Mistake(
-                "the heads are merged without transposing (B, h, L, d_k) back to (B, L, h, d_k) "
-                "first, so positions and heads get mixed.",
-                _MHAMergeNoTranspose,
-            ),
-            Mistake(
-                "the mask argument is ignored: pass it on to the attention, where it broadcasts "
-                "over the head axis.",
-                _MHAMaskIgnored,
-            ),
-            Mistake(
-                "the projections are never split into heads: one big head of size d_model is not "
-                "h heads of size d_k (use split_heads on Q, K and V).",
-                _MHASingleHead,
-            ),
-        ],
-    )
-)
-
-
 def _mha_cases(thorough: bool) -> list[Case]:
     def case(B, L_q, d_model, n_heads, L_k=None, mask=None, bias=True, label=""):
         def make(g):
@@ -354,6 +303,56 @@ def _mha_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def MultiHeadAttention(student_cls, thorough: bool = False) -> bool:
-    """Check MultiHeadAttention(d_model, n_heads, bias=True), forward(x, context=None, mask=None)."""
-    return _run(_MHA_EX, student_cls, _mha_cases(thorough), ("output",), thorough, "module")
+MultiHeadAttention = Exercise(
+    name="MultiHeadAttention",
+    lesson="03",
+    module="multihead",
+    reference=_multihead.MultiHeadAttention,
+    forbidden=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch._C._nn.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "torch.nn.MultiheadAttention",
+        "transformer_lab.attention.fused_attention",
+        "transformer_lab.multihead.MultiHeadAttention",
+        "transformer_lab.MultiHeadAttention",
+    ),
+    mistakes=[
+        Mistake(
+            "no-w_o",
+            "the output projection W^O is missing: return self.w_o(merge_heads(...)).",
+            _MHANoWo,
+        ),
+        Mistake(
+            "kv-from-x",
+            "the keys and values must come from `context` when it is given (cross-attention); "
+            "yours are computed from x.",
+            _MHAContextIgnored,
+        ),
+        Mistake(
+            "scale-by-d_model",
+            "each head's scores must be divided by √d_k with d_k = d_model / h, not by √d_model.",
+            _MHAScaleDModel,
+        ),
+        Mistake(
+            "merge-no-transpose",
+            "the heads are merged without transposing (B, h, L, d_k) back to (B, L, h, d_k) "
+            "first, so positions and heads get mixed.",
+            _MHAMergeNoTranspose,
+        ),
+        Mistake(
+            "mask-ignored",
+            "the mask argument is ignored: pass it on to the attention, where it broadcasts "
+            "over the head axis.",
+            _MHAMaskIgnored,
+        ),
+        Mistake(
+            "one-head",
+            "the projections are never split into heads: one big head of size d_model is not "
+            "h heads of size d_k (use split_heads on Q, K and V).",
+            _MHASingleHead,
+        ),
+    ],
+    driver=ModuleDriver(_mha_cases, outputs=("output",)),
+    doc="MultiHeadAttention(d_model, n_heads, bias=True), forward(x, context=None, mask=None)",
+)

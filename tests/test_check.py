@@ -445,3 +445,31 @@ def test_student_reads_the_catalogue_without_importing_check():
     assert registry.EXERCISES is check.EXERCISES
     assert list(registry.EXERCISES)[:2] == ["RNN", "sequential_steps"]
     assert registry.EXERCISES["RNN"].lesson == "01" and registry.EXERCISES["RNN"].module == "rnn"
+
+
+def test_trial_driver_names_the_mistake_whose_finding_matches():
+    """TrialDriver (traces, statistics): a trial per case; a mistake is named by its finding."""
+    from transformer_lab.check import Finding, TrialDriver
+
+    ex = check.EXERCISES["sequential_steps"]
+
+    def trial(impl, n, setting, call):
+        got = call(lambda: impl("rnn", n), "your function", f"n={n}")
+        if got != n:
+            return Finding(f"rnn steps for n={n}: got {got}", f"n={n}", "count", got)
+        return None
+
+    driver = TrialDriver(lambda thorough: [1, 5], trial, covered="two lengths")
+    assert driver.run(ex, good_steps, thorough=False) == 2
+    with pytest.raises(check.CheckFailed) as info:
+        driver.run(ex, ex.mistake("rnn-n-minus-1").impl, thorough=False)
+    err = info.value
+    assert (err.problem, err.case) == ("rnn steps for n=1: got 0", "n=1")
+    assert err.mistake == ex.mistake("rnn-n-minus-1").sentence
+
+    def crashes(kind, n, kernel_size=3):
+        raise ValueError("no")
+
+    with pytest.raises(check.CheckFailed, match="your function raised ValueError: no") as info:
+        driver.run(ex, crashes, thorough=False)
+    assert isinstance(info.value.cause, ValueError)

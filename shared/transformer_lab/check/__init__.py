@@ -4,7 +4,7 @@ A test cell calls ``check.<name>(<name>)``, e.g. ``check.scaled_dot_product_atte
 scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
 
 - ``engine``: the machinery shared by every lesson: ``Exercise`` and ``Mistake``, the drivers
-  (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``, ``CustomDriver``), identical inputs and
+  (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``, ``TrialDriver``, ``CustomDriver``), identical inputs and
   weights, forward and gradient comparison per dtype and device, forbidden built-ins, ``fail`` (the
   one place that words a failure) and saving a passing implementation into the student's package;
 - ``lessonNN``: one module per lesson declaring its exercises (each an ``Exercise``, which is
@@ -30,18 +30,22 @@ from . import (  # noqa: F401
     lesson10,
     lesson11,
 )
+from .drivers import (
+    Call,
+    CustomDriver,
+    ExactDriver,
+    Finding,
+    FunctionDriver,
+    ModuleDriver,
+    TrialDriver,
+)
 from .engine import (
     EXERCISES,
     TOLERANCES,
-    Call,
     CheckFailed,
-    CustomDriver,
-    ExactDriver,
     Exercise,
-    FunctionDriver,
     ImplementThisYourself,
     Mistake,
-    ModuleDriver,
     available_devices,
     fail,
     forbid,
@@ -67,10 +71,12 @@ __all__ = [
     "CustomDriver",
     "ExactDriver",
     "Exercise",
+    "Finding",
     "FunctionDriver",
     "ImplementThisYourself",
     "Mistake",
     "ModuleDriver",
+    "TrialDriver",
     "available_devices",
     "fail",
     "forbid",

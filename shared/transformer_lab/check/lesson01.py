@@ -7,7 +7,8 @@ import math
 import torch
 
 from .. import rnn as _rnn
-from .engine import Call, Case, ExactDriver, Exercise, Mistake, ModuleDriver
+from .drivers import Call, ExactDriver, ModuleDriver
+from .engine import Case, Exercise, Mistake
 
 __all__ = ["RNN", "sequential_steps"]
 

@@ -7,7 +7,8 @@ import math
 import torch
 
 from .. import attention as _attention
-from .engine import Case, Exercise, FunctionDriver, Mistake, ModuleDriver
+from .drivers import FunctionDriver, ModuleDriver
+from .engine import Case, Exercise, Mistake
 
 __all__ = ["SelfAttention", "scaled_dot_product_attention"]
 

@@ -7,7 +7,8 @@ import math
 import torch
 
 from .. import multihead as _multihead
-from .engine import Case, Exercise, FunctionDriver, Mistake, ModuleDriver
+from .drivers import FunctionDriver, ModuleDriver
+from .engine import Case, Exercise, Mistake
 
 __all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
 

@@ -1,0 +1,336 @@
+"""Drivers: how an exercise runs the student's code and compares it with the reference.
+
+Each driver gives ``cases(thorough)``, ``run_case(ex, student_obj, case, index, setting)`` and
+``covered(thorough)``; every failure goes through ``engine.fail`` and every "Likely mistake" through
+``Exercise.diagnose`` (or TrialDriver's matching of findings).
+
+- FunctionDriver: a function of tensors: outputs and input gradients, float64/float32, devices.
+- ModuleDriver: an nn.Module class: the reference's weights copied in, then as FunctionDriver plus
+  parameter gradients.
+- ExactDriver: a result that must equal the reference's exactly (counts, masks, token ids).
+- TrialDriver: traces and statistical properties, judged by a whole trial per case.
+- CustomDriver: anything else (a function check(ex, student_obj, thorough)).
+
+The engine's comparison helpers are looked up on the engine module at call time (``_engine.X``),
+so a patched engine behaves the same for every driver (tests/test_tamper.py relies on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import engine as _engine
+from .engine import Case, Exercise, ImplementThisYourself, available_devices, fail, settings
+
+
+class Driver:
+    """Runs one exercise: ``cases(thorough)``, ``run_case(...)`` for each, ``covered(thorough)``.
+
+    A subclass fails through `fail` (the engine's one wording place) and names a catalogued mistake
+    through ``ex.diagnose``. ``run`` returns how many cases passed.
+    """
+
+    def cases(self, thorough: bool) -> list:
+        raise NotImplementedError
+
+    def run_case(self, ex: Exercise, student_obj, case, index: int, setting) -> None:
+        raise NotImplementedError
+
+    def settings(self, thorough: bool) -> list:
+        return [None]
+
+    def covered(self, thorough: bool) -> str:
+        return "every case"
+
+    def run(self, ex: Exercise, student_obj, thorough: bool) -> int:
+        cases, n = self.cases(thorough), 0
+        for setting in self.settings(thorough):
+            for index, case in enumerate(cases):
+                self.run_case(ex, student_obj, case, index, setting)
+                n += 1
+        return n
+
+
+class _TensorDriver(Driver):
+    """Shared by FunctionDriver and ModuleDriver: every (device, dtype), outputs then gradients."""
+
+    no_grad = ""
+
+    def __init__(self, cases: Callable[[bool], list[Case]], outputs: tuple[str, ...] = ("output",)):
+        self._cases, self.outputs = cases, tuple(outputs)
+
+    def cases(self, thorough: bool) -> list[Case]:
+        return self._cases(thorough)
+
+    def settings(self, thorough: bool) -> list:
+        return settings(thorough)
+
+    def covered(self, thorough: bool) -> str:
+        where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
+        return f"forward and gradients, float64 and float32 on {where}"
+
+    def compare(self, ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves):
+        """Outputs first (naming a catalogued mistake if one matches), then every gradient."""
+        device, dtype = setting
+        text = _engine._case_text(case, dtype, device)
+        problem = _engine._compare_outputs(expected, got, self.outputs, dtype, device)
+        if problem:
+            same = lambda a, b: _engine._same(a, b, dtype, device)  # noqa: E731
+            fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same))
+        cot = _engine._cotangents(expected, seed=7 + index)
+        ref_grads = _engine._backward(expected, cot, [v for _, v in ref_leaves])
+        stu_grads = _engine._backward(_engine._as_tuple(got), cot, [v for _, v in stu_leaves])
+        for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
+            if rg is None:
+                continue
+            if sg is None:
+                fail(ex, self.no_grad.format(key=key), text)
+            problem = _engine._compare_tensor(
+                rg, sg, f"the gradient with respect to `{key}`", dtype, device
+            )
+            if problem:
+                fail(ex, problem, text)
+
+
+def _student_call(ex, student_obj, call, what: str, case_text: str | None = None):
+    """call() under the exercise's forbidden names; the student's own exception fails the check."""
+    try:
+        return ex.run_student(student_obj, call)
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except Exception as err:
+        fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, cause=err)
+
+
+class FunctionDriver(_TensorDriver):
+    """A function of tensors: same inputs (every dtype and device), outputs and input gradients.
+
+    `cases(thorough)` gives Case objects whose ``make(generator)`` returns the keyword arguments;
+    `outputs` names the returned tensors (a tuple return has one name per value).
+    """
+
+    no_grad = (
+        "no gradient flows back to `{key}`: your output is cut off from the autograd graph "
+        "(.detach(), .item(), numpy or a new torch.tensor(...))"
+    )
+
+    def run_case(self, ex, student_fn, case, index, setting) -> None:
+        device, dtype = setting
+        base = case.make(torch.Generator().manual_seed(1000 + index))
+        ref_in = _engine._move(base, dtype, device, True)
+        expected = _engine._as_tuple(ex.reference(**ref_in))
+        stu_in = _engine._move(base, dtype, device, True)
+        text = _engine._case_text(case, dtype, device)
+        got = _student_call(ex, student_fn, lambda: student_fn(**stu_in), "your function", text)
+
+        def run_mistake(impl):
+            return impl(**_engine._move(base, dtype, device, False))
+
+        leaves = (_engine._grad_leaves(ref_in), _engine._grad_leaves(stu_in))
+        self.compare(ex, case, setting, expected, got, run_mistake, index, *leaves)
+
+
+class ModuleDriver(_TensorDriver):
+    """An nn.Module class: built from ``case.init``, the reference's weights copied in, then
+    outputs, input gradients and parameter gradients compared as for FunctionDriver."""
+
+    no_grad = "no gradient reaches `{key}` (is it used in forward?)"
+
+    def run_case(self, ex, student_cls, case, index, setting) -> None:
+        device, dtype = setting
+        text = _engine._case_text(case, dtype, device)
+        base = case.make(torch.Generator().manual_seed(2000 + index))
+        with torch.random.fork_rng(devices=[]):
+            reference = ex.reference(**case.init)
+        _engine._init_parameters(reference, seed=3000 + index)
+        reference.to(device=device, dtype=dtype).eval()
+        with torch.random.fork_rng(devices=[]):
+            student = _student_call(
+                ex, student_cls, lambda: student_cls(**case.init), "constructing your module", text
+            )
+        if not isinstance(student, nn.Module):
+            fail(ex, f"{ex.name} should be an nn.Module subclass", text)
+        student.to(device=device, dtype=dtype)
+        _copy_weights(ex, reference, student, case)
+        student.eval()
+
+        ref_in = _engine._move(base, dtype, device, True)
+        expected = _engine._as_tuple(reference(**ref_in))
+        stu_in = _engine._move(base, dtype, device, True)
+        got = _student_call(ex, student_cls, lambda: student(**stu_in), "your forward", text)
+
+        def run_mistake(impl):
+            wrong = impl(**case.init)
+            wrong.load_state_dict(reference.state_dict())
+            wrong.to(device=device, dtype=dtype).eval()
+            return wrong(**_engine._move(base, dtype, device, False))
+
+        stu_params = dict(student.named_parameters())
+        ref_leaves = _engine._grad_leaves(ref_in) + list(reference.named_parameters())
+        stu_leaves = _engine._grad_leaves(stu_in) + [
+            (k, stu_params[k]) for k, _ in reference.named_parameters()
+        ]
+        self.compare(ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One exact-output case: the arguments of one call (for ExactDriver)."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def text(self, name: str) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{name}({', '.join(parts)})"
+
+
+def exactly_equal(got, expected) -> bool:
+    """Exact equality: tensors by dtype, shape, device and entries; numbers by value (a bool is not
+    a number); anything else by ==."""
+    if isinstance(expected, torch.Tensor):
+        return _engine._identical(got, expected)
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
+    return got == expected
+
+
+class ExactDriver(Driver):
+    """A function whose result must equal the reference's exactly (counts, masks, token ids).
+
+    `cases(thorough)` gives Call objects; each failure reads "name(args) returned X, expected Y".
+    `covered` is the passing line's summary, e.g. "every kind, length and kernel size".
+    """
+
+    def __init__(
+        self,
+        cases: Callable[[bool], list[Call]],
+        covered: str = "every case",
+        equal: Callable = exactly_equal,
+    ):
+        self._cases, self._covered, self.equal = cases, covered, equal
+
+    def cases(self, thorough: bool) -> list[Call]:
+        return self._cases(thorough)
+
+    def covered(self, thorough: bool) -> str:
+        return self._covered
+
+    def run_case(self, ex, student_fn, call: Call, index, setting) -> None:
+        expected = ex.reference(*call.args, **call.kwargs)
+        text = call.text(ex.name)
+        got = _student_call(ex, student_fn, lambda: student_fn(*call.args, **call.kwargs), text)
+        if not self.equal(got, expected):
+            mistake = ex.diagnose(
+                lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal
+            )
+            fail(ex, f"{text} returned {got!r}, expected {expected}", mistake=mistake)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a trial found wrong: `problem` (one sentence), `case` (the inputs), and `evidence` with
+    a `tag` (what kind of failure) by which a catalogued mistake's trial is matched."""
+
+    problem: str
+    case: str | None = None
+    tag: str = ""
+    evidence: object = None
+
+
+class TrialDriver(Driver):
+    """Traces and statistical properties: anything judged by running a whole trial per case.
+
+    ``trial(impl, case, setting, call)`` runs one implementation on one case and returns a Finding
+    when it is wrong, else None; it must run the implementation only through
+    ``call(thunk, what, case_text)`` (for the student: forbidden names off, and an exception fails
+    the check as "<what> raised <Error>: <message>"). On a finding the same trial is run for each
+    catalogued mistake; the first whose finding has the same tag and ``matches(student's evidence,
+    mistake's evidence)`` is named. `settings(thorough)` gives what each case runs under (default:
+    ``[None]``); `covered` is the passing line's summary.
+    """
+
+    def __init__(
+        self,
+        cases: Callable[[bool], list],
+        trial: Callable,
+        covered: str = "every case",
+        matches: Callable = lambda a, b: a == b,
+        settings: Callable[[bool], list] | None = None,
+    ):
+        self._cases, self.trial, self._covered = cases, trial, covered
+        self.matches, self._settings = matches, settings
+
+    def cases(self, thorough: bool) -> list:
+        return self._cases(thorough)
+
+    def settings(self, thorough: bool) -> list:
+        return self._settings(thorough) if self._settings else [None]
+
+    def covered(self, thorough: bool) -> str:
+        return self._covered
+
+    def run_case(self, ex, student_obj, case, index, setting) -> None:
+        def student_call(thunk, what, case_text=None):
+            return _student_call(ex, student_obj, thunk, what, case_text)
+
+        finding = self.trial(student_obj, case, setting, student_call)
+        if finding is None:
+            return
+        named = None
+        for mistake in ex.mistakes:
+            try:
+                theirs = self.trial(mistake.impl, case, setting, lambda thunk, *_: thunk())
+            except Exception:
+                continue
+            if (
+                theirs is not None
+                and theirs.tag == finding.tag
+                and self.matches(finding.evidence, theirs.evidence)
+            ):
+                named = mistake
+                break
+        fail(ex, finding.problem, finding.case, named)
+
+
+class CustomDriver(Driver):
+    """A check that does not fit the drivers above (traces, statistical properties): `check(ex,
+    student_obj, thorough)` runs it, failing through ``fail`` and naming mistakes through
+    ``ex.diagnose``, and returns the number of cases (or (number, what it covered))."""
+
+    def __init__(self, check: Callable):
+        self.check = check
+
+    def run(self, ex, student_obj, thorough: bool):
+        return self.check(ex, student_obj, thorough)
+
+
+# ----------------------------------------------------------------------------------------------
+# Module weights: the reference's random parameters, copied into the student's module.
+
+
+def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: Case) -> None:
+    ref_state = reference.state_dict()
+    stu_keys = set(student.state_dict())
+    if stu_keys != set(ref_state):
+        missing = sorted(set(ref_state) - stu_keys)
+        extra = sorted(stu_keys - set(ref_state))
+        fail(
+            ex,
+            "your module's parameters do not match the reference's, so its weights "
+            f"cannot be copied in.\n  missing: {missing or 'none'}; unexpected: {extra or 'none'}\n"
+            f"  expected parameter names: {sorted(ref_state)} (case: {case.label})",
+        )
+    for key, value in ref_state.items():
+        mine = student.state_dict()[key]
+        if mine.shape != value.shape:
+            fail(
+                ex,
+                f"parameter `{key}` has shape {tuple(mine.shape)} but the reference's "
+                f"has shape {tuple(value.shape)} (case: {case.label})",
+            )
+    student.load_state_dict(ref_state)

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
-from .forbid import ImplementThisYourself, forbid, resolve  # noqa: F401 (re-exported)
+from .forbid import ImplementThisYourself, _resolve, forbid, resolve  # noqa: F401 (re-exported)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
 TOLERANCES = {torch.float64: (1e-9, 1e-7), torch.float32: (3e-5, 3e-4)}

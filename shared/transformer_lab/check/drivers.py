@@ -179,12 +179,16 @@ class ModuleDriver(_TensorDriver):
 
 @dataclass(frozen=True)
 class Call:
-    """One exact-output case: the arguments of one call (for ExactDriver)."""
+    """One exact-output case: the arguments of one call (for ExactDriver), and optionally the
+    label its failures name it by (default: the call written out, e.g. "f('rnn', 1, k=3)")."""
 
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    label: str | None = None
 
     def text(self, name: str) -> str:
+        if self.label is not None:
+            return self.label
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
         return f"{name}({', '.join(parts)})"
 
@@ -202,7 +206,9 @@ def exactly_equal(got, expected) -> bool:
 class ExactDriver(Driver):
     """A function whose result must equal the reference's exactly (counts, masks, token ids).
 
-    `cases(thorough)` gives Call objects; each failure reads "name(args) returned X, expected Y".
+    `cases(thorough)` gives Call objects. A wrong result fails as "<call> returned X, expected Y";
+    with `describe(expected, got) -> problem` it fails as that problem with the call's text as the
+    case. The mistake whose `impl(*args, **kwargs)` `equal`s the student's result is named.
     `covered` is the passing line's summary, e.g. "every kind, length and kernel size".
     """
 
@@ -211,8 +217,9 @@ class ExactDriver(Driver):
         cases: Callable[[bool], list[Call]],
         covered: str = "every case",
         equal: Callable = exactly_equal,
+        describe: Callable | None = None,
     ):
-        self._cases, self._covered, self.equal = cases, covered, equal
+        self._cases, self._covered, self.equal, self.describe = cases, covered, equal, describe
 
     def cases(self, thorough: bool) -> list[Call]:
         return self._cases(thorough)
@@ -224,11 +231,14 @@ class ExactDriver(Driver):
         expected = ex.reference(*call.args, **call.kwargs)
         text = call.text(ex.name)
         got = _student_call(ex, student_fn, lambda: student_fn(*call.args, **call.kwargs), text)
-        if not self.equal(got, expected):
-            mistake = ex.diagnose(
-                lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal
-            )
-            fail(ex, f"{text} returned {got!r}, expected {expected}", mistake=mistake)
+        if self.equal(got, expected):
+            return
+        mistake = ex.diagnose(
+            lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal
+        )
+        if self.describe is not None:
+            fail(ex, self.describe(expected, got), text, mistake)
+        fail(ex, f"{text} returned {got!r}, expected {expected}", mistake=mistake)
 
 
 @dataclass(frozen=True)

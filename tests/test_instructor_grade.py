@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab import cli
-from transformer_lab.instructor import collect, export, grade, sandbox
+from transformer_lab.instructor import collect, export, grade, job, nbgrader_app, sandbox
+from transformer_lab.instructor import records as rec
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "99_tiny"
@@ -89,7 +89,7 @@ def tiny_course(tmp_path_factory) -> Path:
     (root / "autograder").mkdir()
     for path in (REPO / "autograder").glob("*.py"):
         shutil.copy(path, root / "autograder" / path.name)
-    cli.generate(root, [TINY], quiet=True)
+    nbgrader_app.generate(root, [TINY], quiet=True)
     return root
 
 
@@ -431,7 +431,7 @@ def test_csv_has_one_row_per_record_and_one_column_per_graded_cell(tmp_path, cel
             "max_score": 3.0,
         },
     ]
-    out = export.write_csv(records, tmp_path / "g.csv", {TINY: cells})
+    out = rec.write_csv(records, tmp_path / "g.csv", {TINY: cells})
     rows = list(csv.reader(io.StringIO(out.read_text())))
     assert rows == [
         [
@@ -682,7 +682,7 @@ def test_an_lms_zip_is_collected_and_graded_via_the_cli(tiny_course, tmp_path):
 
 def test_the_verify_alarm_interrupts_a_hanging_recheck():
     start = time.monotonic()
-    with pytest.raises(grade._VerifyTimeout):
-        with grade._alarm(0.2):
+    with pytest.raises(job.VerifyTimeout):
+        with job.alarm(0.2):
             time.sleep(5)
     assert time.monotonic() - start < 4

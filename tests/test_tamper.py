@@ -557,10 +557,9 @@ DEMOS = ("lookup", "variance", "saturate", "widget", "heatmap", "layer-demo", "p
 
 def test_grade_run_gives_hostile_students_nothing_and_flags_them(tmp_path):
 
-    from transformer_lab import cli
-    from transformer_lab.instructor import grade, sandbox
+    from transformer_lab.instructor import grade, nbgrader_app, sandbox
 
-    course = cli.course_copy(ROOT, tmp_path / "course", [L02])
+    course = nbgrader_app.course_copy(ROOT, tmp_path / "course", [L02])
 
     forbidden = """
 import torch.nn.functional as F

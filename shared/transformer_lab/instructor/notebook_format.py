@@ -63,6 +63,18 @@ def is_test_cell(cell: dict) -> bool:
     )
 
 
+def python_source(src: str) -> str:
+    """A code cell as Python: IPython magics and shell lines become calls of get_ipython()."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(src)
+    except Exception:
+        return "\n".join(
+            "" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines()
+        )
+
+
 def check_calls(source: str) -> list[str]:
     """The check names a cell calls, ``check.<name>(...)``, in order of first call."""
     return list(dict.fromkeys(CHECK_CALL.findall(source)))

@@ -28,7 +28,12 @@ import nbformat
 
 from . import nbgrader_app
 from .course import require_lesson
-from .notebook_format import hidden_tests, without_hidden_tests
+from .notebook_format import (
+    HIDDEN_TESTS_BEGIN,
+    HIDDEN_TESTS_END,
+    hidden_tests,
+    without_hidden_tests,
+)
 from .records import load_class_records
 from .report import ANSI, EXCEPTION_LINE, released_cells
 
@@ -87,7 +92,8 @@ def leaks(page: str, hidden: list[str]) -> list[str]:
     """The hidden-test lines (and markers) that an HTML page shows; [] when it is clean."""
     text = _squash(page_text(page))
     found = [line for line in hidden if line in text]
-    found += [m for m in ("BEGINHIDDENTESTS", "ENDHIDDENTESTS") if m in text]
+    markers = (HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END)  # without their "###": stricter
+    found += [m for m in (_squash(m.lstrip("# ")) for m in markers) if m in text]
     return found
 
 

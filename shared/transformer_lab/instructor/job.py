@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 
 from . import nbgrader_app, sandbox
+from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
 
 DIED = ("DeadKernelError", "Kernel died", "kernel died", "KernelDied")
@@ -55,7 +56,7 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
         for i, c in enumerate(nb.cells):
             if c.cell_type != "code":
                 continue
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
+            gid = nbgrader_meta(c).get("grade_id")
             output = _cell_output(c)
             errors = [
                 o.get("ename", "") for o in c.get("outputs", []) if o.get("output_type") == "error"

@@ -49,7 +49,9 @@ def _cli(course: Path, *args: str, check: bool = True) -> str:
         raise SystemExit(
             f"transformer-lab {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
         )
-    return result.stdout
+    # The first line names the course (a version that prints it): the same temporary copy.
+    lines = result.stdout.splitlines(keepends=True)
+    return "".join(lines[1:] if lines and lines[0].startswith("course: ") else lines)
 
 
 def _scrub(text: str, course: Path, tmp: Path) -> str:

@@ -14,10 +14,11 @@ Instructors (one command per step; see INSTRUCTORS.md):
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
 
 This module only parses the arguments: each command is one function of
-``transformer_lab.instructor.commands``. nbgrader only finds its configuration in the current
+``transformer_lab.instructor.commands``. A command works on the course it is run in (the current
+folder, or the nearest folder above it holding ``autograder/nbgrader_config.py``) or on
+``--course-dir``, and names it in its first line of output (``course: PATH``). nbgrader only finds its configuration in the current
 folder, so every nbgrader step runs with ``autograder/`` as its working directory (see
-``instructor/nbgrader_app.py``); ``--course-dir`` grades a copy of the course instead (the tests
-use it so parallel runs never share a gradebook).
+``instructor/nbgrader_app.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="transformer-lab", description=__doc__.split("\n")[0])
-    parser.add_argument("--course-dir", help="course folder (default: this repository)")
+    parser.add_argument(
+        "--course-dir",
+        help="course folder (default: the current folder, or the nearest one above it)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("generate", help="regenerate exercises/ from solutions/")
@@ -99,9 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         progress()
         return 0
     from .instructor import commands
-    from .instructor.course import course_root
 
-    root = course_root(args.course_dir)
+    if args.command == "collect":  # needs no course
+        return commands.collect(args.source, args.assignment, args.out, args.pattern)
+    root = commands.open_course(args.course_dir)
     if args.command == "generate":
         return commands.generate(root, args.assignments)
     if args.command == "autograde":
@@ -110,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         return commands.feedback(root, args.assignment, args.student)
     if args.command == "release":
         return commands.release(root, args.assignment, args.exchange)
-    if args.command == "collect":
-        return commands.collect(args.source, args.assignment, args.out, args.pattern)
     if args.command == "grade":
         return commands.grade(
             root,

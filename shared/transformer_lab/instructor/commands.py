@@ -7,7 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import nbgrader_app
-from .course import require_lesson
+from .course import course_root, require_lesson
+
+
+def open_course(course_dir: str | None) -> Path:
+    """The course a command works on (``--course-dir``, else the one it is run in), named in the
+    command's first line of output."""
+    root = course_root(course_dir)
+    print(f"course: {root}", flush=True)
+    return root
 
 
 def generate(course: Path, assignments: list[str] | None) -> int:

@@ -2,7 +2,7 @@
 save what the grader writes, so that two versions of the grading code can be diffed.
 
     .venv/bin/python benchmarks/grade_snapshot.py OUT_DIR [--lessons 02_qkv_attention ...]
-    diff -r /work/notes/grading_before OUT_DIR
+    .venv/bin/python benchmarks/grade_snapshot.py OUT_DIR --compare /work/notes/grading_before
 
 A trial course (solutions/, exercises/, autograder/*.py of this repository, generated afresh) is
 made in a temporary folder; per lesson, two students are graded with `transformer-lab grade
@@ -12,8 +12,9 @@ the command-line interface is used, so the script runs unchanged on any version 
 
 OUT_DIR receives, per lesson: the grade command's CSV and stdout, the result records (JSON),
 the feedback pages, and the class report (report.md, summary.json); and the course-wide
-export CSV. Values that change run to run (times, dates, temporary paths) are replaced by
-placeholders; everything else is kept byte for byte.
+export CSV. Values that change run to run (dates, the course's and the submissions' temporary
+paths) are replaced by placeholders when saving; `--compare` also replaces measured times, widget
+ids and the environment's paths (`VARIES`) before it diffs; everything else must be identical.
 """
 
 from __future__ import annotations
@@ -117,11 +118,71 @@ def snapshot(out: Path, lessons: list[str]) -> None:
         (out / "export.csv").write_text(_scrub(export.read_text(), course, tmp))
 
 
+# What differs between two runs of the same code, and is replaced before comparing: measured
+# times (the checks' "(...; 0.09 s)", the notebooks' own timings), the Python environment's and the
+# grader's temporary folders, widget ids, and how nbclient happened to split one cell's printed
+# output into stream messages (one <pre> block or two in the feedback page).
+VARIES = [
+    (re.compile(r" *\d+(?:\.\d+)? (ms|s)\b"), r" <T> \1"),  # padded to a width
+    (re.compile(re.escape(sys.prefix) + r"|/\S+?/(?:\.venv|[a-z]+-venv)(?=/lib/)"), "<VENV>"),
+    (re.compile(r"transformer-lab-grade-\w+"), "transformer-lab-grade-<X>"),
+    (
+        re.compile(
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b"
+        ),
+        "<ID>",
+    ),
+    (
+        re.compile(
+            r"</pre>\n</div>\n</div>\n<div class=\"output_area\">\n<div class=\"prompt\"></div>\n"
+            r"<div class=\"output_subarea output_stream output_stdout output_text\">\n<pre>"
+        ),
+        "",
+    ),
+]
+
+
+def normalise(text: str) -> str:
+    for pattern, replacement in VARIES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def compare(before: Path, after: Path) -> int:
+    """Diff two snapshots file by file after `normalise`; returns the number of files that
+    differ (a file only in one snapshot counts)."""
+    import difflib
+
+    names = sorted(
+        {str(p.relative_to(before)) for p in before.rglob("*") if p.is_file()}
+        | {str(p.relative_to(after)) for p in after.rglob("*") if p.is_file()}
+    )
+    differ = 0
+    for name in names:
+        a, b = before / name, after / name
+        if not (a.is_file() and b.is_file()):
+            print(f"only in {'before' if a.is_file() else 'after'}: {name}")
+            differ += 1
+            continue
+        old, new = normalise(a.read_text()), normalise(b.read_text())
+        if old != new:
+            differ += 1
+            diff = difflib.unified_diff(
+                old.splitlines(), new.splitlines(), f"before/{name}", f"after/{name}", lineterm=""
+            )
+            print("\n".join(list(diff)[:40]))
+    print(f"{len(names)} files, {len(names) - differ} identical after normalising, {differ} differ")
+    return differ
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("out", type=Path, help="folder for the snapshot")
+    parser.add_argument("out", type=Path, help="folder for the snapshot (with --compare: AFTER)")
     parser.add_argument("--lessons", nargs="*", help="default: every lesson in solutions/")
+    parser.add_argument("--compare", type=Path, metavar="BEFORE", help="diff BEFORE against out")
     args = parser.parse_args()
+    if args.compare:
+        raise SystemExit(1 if compare(args.compare, args.out) else 0)
     lessons = args.lessons or sorted(
         p.name for p in (REPO / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file()
     )

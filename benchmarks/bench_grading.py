@@ -27,8 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "shared"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from transformer_lab import cli  # noqa: E402
-from transformer_lab.instructor import grade, sandbox  # noqa: E402
+from transformer_lab.instructor import grade, nbgrader_app, sandbox  # noqa: E402
 
 
 def _cpu() -> float:
@@ -42,7 +41,7 @@ def _cpu() -> float:
 def one_round(lesson: str, students: int, jobs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
         tmp = Path(tmp)
-        course = cli.course_copy(REPO, tmp / "course", [lesson])
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
         notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
         for i in range(students):
             folder = tmp / "subs" / f"s{i:03d}" / lesson

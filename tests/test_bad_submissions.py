@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab import cli
-from transformer_lab.instructor import export, grade, sandbox
+from transformer_lab.instructor import grade, nbgrader_app, sandbox
+from transformer_lab.instructor import records as rec
 
 REPO = Path(__file__).resolve().parents[1]
 LESSON = "02_qkv_attention"
@@ -221,7 +221,7 @@ def _cases(course: Path) -> dict[str, bytes | dict[str, bytes]]:
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
     # the course gradebook knows the lesson
-    return cli.course_copy(REPO, tmp_path_factory.mktemp("c") / "course", [LESSON])
+    return nbgrader_app.course_copy(REPO, tmp_path_factory.mktemp("c") / "course", [LESSON])
 
 
 @pytest.fixture(scope="module")
@@ -318,7 +318,7 @@ def test_kernel_death_is_ungradable_with_the_reason(run, student):
 
 def test_enormous_output_is_graded_and_truncated(run):
     record = _check(run, "enormous_output", FULL)
-    assert all(len(c["output"]) <= grade.OUTPUT_CHARS for c in record["cells"].values())
+    assert all(len(c["output"]) <= rec.OUTPUT_CHARS for c in record["cells"].values())
     path = run["records"]  # the record file itself stays small
     assert path
 
@@ -414,7 +414,7 @@ def test_every_student_is_in_the_csv_once(run):
 
 def test_rerun_is_idempotent(run, course):
     before = run["csv"].read_bytes()
-    records_before = export.load_records(course, LESSON)
+    records_before = rec.load_records(course, LESSON)
     again = grade.grade(
         course, LESSON, run["submissions"], out=run["csv"], jobs=2, limits=run["limits"], quiet=True
     )

@@ -24,8 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab import cli
-from transformer_lab.instructor import collect, export, grade, sandbox
+from transformer_lab.instructor import collect, export, grade, job, nbgrader_app, sandbox
+from transformer_lab.instructor import records as rec
+from transformer_lab.instructor.course import PACKAGE_REPO, course_root
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = "99_tiny"
@@ -89,7 +90,7 @@ def tiny_course(tmp_path_factory) -> Path:
     (root / "autograder").mkdir()
     for path in (REPO / "autograder").glob("*.py"):
         shutil.copy(path, root / "autograder" / path.name)
-    cli.generate(root, [TINY], quiet=True)
+    nbgrader_app.generate(root, [TINY], quiet=True)
     return root
 
 
@@ -431,7 +432,7 @@ def test_csv_has_one_row_per_record_and_one_column_per_graded_cell(tmp_path, cel
             "max_score": 3.0,
         },
     ]
-    out = export.write_csv(records, tmp_path / "g.csv", {TINY: cells})
+    out = rec.write_csv(records, tmp_path / "g.csv", {TINY: cells})
     rows = list(csv.reader(io.StringIO(out.read_text())))
     assert rows == [
         [
@@ -682,7 +683,76 @@ def test_an_lms_zip_is_collected_and_graded_via_the_cli(tiny_course, tmp_path):
 
 def test_the_verify_alarm_interrupts_a_hanging_recheck():
     start = time.monotonic()
-    with pytest.raises(grade._VerifyTimeout):
-        with grade._alarm(0.2):
+    with pytest.raises(job.VerifyTimeout):
+        with job.alarm(0.2):
             time.sleep(5)
     assert time.monotonic() - start < 4
+
+
+# ----------------------------------------------------------------------------------------------
+# Which course a command works on.
+
+
+def _bare_course(folder: Path) -> Path:
+    """A course folder with its nbgrader configuration and one result record (no lessons)."""
+    (folder / "autograder").mkdir(parents=True)
+    shutil.copy(REPO / "autograder" / "nbgrader_config.py", folder / "autograder")
+    record = {
+        "student": "ann",
+        "assignment": TINY,
+        "status": "graded",
+        "reason": None,
+        "score": 3.0,
+        "max_score": 3.0,
+        "flags": [],
+        "cells": {"t1": {"score": 3.0, "max_score": 3.0, "passed": True}},
+    }
+    rec.write_record(folder, record)
+    return folder.resolve()
+
+
+def _check_course_rules(find, tmp_path: Path) -> None:
+    course = _bare_course(tmp_path / "term2")
+    inside = course / "exercises" / TINY
+    inside.mkdir(parents=True)
+    assert find(cwd=course) == course
+    assert find(cwd=inside) == course  # the nearest course folder above
+    assert find(course, cwd=tmp_path) == course  # --course-dir wins
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(SystemExit, match="no course in .*elsewhere or above it"):
+        find(cwd=elsewhere)
+    with pytest.raises(SystemExit, match="not a course folder"):
+        find(elsewhere)
+
+
+def test_the_course_is_the_folder_the_command_runs_in(tmp_path):
+    _check_course_rules(course_root, tmp_path)
+
+
+def test_the_course_rules_fail_the_old_rule(tmp_path):
+    """Mutant: the course is wherever the package was installed from (the rule before)."""
+
+    def installed_from(path=None, cwd=None):
+        return Path(path).resolve() if path is not None else PACKAGE_REPO
+
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        _check_course_rules(installed_from, tmp_path)
+
+
+def test_a_command_names_its_course_first_and_works_on_it(tmp_path):
+    """`export` run inside a copy of the course exports the copy's records, not those of the
+    checkout the package was installed from, and says so in its first line."""
+    course = _bare_course(tmp_path / "term2")
+    inside = course / "exercises"
+    inside.mkdir()
+    out = tmp_path / "grades.csv"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "transformer_lab.cli", "export", "--out", str(out)]
+    result = subprocess.run(command, cwd=inside, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == f"course: {course}"
+    assert [r["student"] for r in csv.DictReader(out.open())] == ["ann"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert result.returncode != 0
+    assert "no course in" in result.stderr and "--course-dir" in result.stderr

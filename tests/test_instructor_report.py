@@ -3,7 +3,7 @@
 - report: synthetic result records (graded, ungradable, flagged, a corrupt file) for lesson 02;
   exact counts, pass rates (per student, never per cell), the top named mistake, a valid PNG;
   mutants of the counting must fail the same assertions.
-- feedback: real nbgrader grading (cli.submit + cli.autograde in a temporary copy of the course)
+- feedback: real nbgrader grading (nbgrader_app.submit + nbgrader_app.autograde in a temporary copy of the course)
   of a passing, a failing, a crashing and a kernel-killing submission; no page shows hidden-test
   source or traceback lines of the hidden tests; every student gets a page.
 - release: into a temporary nbgrader exchange, twice (idempotent), and without an exchange.
@@ -21,10 +21,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab import check, cli
+from transformer_lab import check
 from transformer_lab.instructor import feedback as fb
+from transformer_lab.instructor import nbgrader_app, report
+from transformer_lab.instructor import records as rec
 from transformer_lab.instructor import release as rel
-from transformer_lab.instructor import report
 
 REPO = Path(__file__).resolve().parents[1]
 LESSON = "02_qkv_attention"
@@ -36,7 +37,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def _course(tmp: Path, lessons=(LESSON,)) -> Path:
     """A minimal course folder: the lessons' solutions and exercises, the autograder config."""
-    return cli.course_copy(REPO, tmp / "course", list(lessons), generate_them=False)
+    return nbgrader_app.course_copy(REPO, tmp / "course", list(lessons), generate_them=False)
 
 
 def _cell(score, max_score, passed, exercises, output=""):
@@ -163,7 +164,7 @@ GRADED = ["ada", "ben", "cy", "dee", "eve", HOSTILE]
 
 
 def _write_records(course: Path, records: dict) -> Path:
-    folder = report.results_dir(course, LESSON)
+    folder = rec.results_dir(course, LESSON)
     folder.mkdir(parents=True, exist_ok=True)
     for student, record in records.items():
         (folder / f"{student}.json").write_text(json.dumps(record), encoding="utf-8")
@@ -278,7 +279,7 @@ def test_records_with_wrong_fields_are_problems_not_crashes(course):
         "s5": {**_record("someone-else", "graded", 8.0, {})},
     }
     _write_records(course, bad)
-    records, problems = report.load_records(course, LESSON)
+    records, problems = rec.load_class_records(course, LESSON)
     assert list(records) == ["s5"]  # counted under its file name, with a note
     joined = "\n".join(problems)
     for needle in ("s1.json", "s2.json", "s3.json", "s4.json", "'someone-else'"):
@@ -373,14 +374,14 @@ def test_counting_mutants_fail_the_report_test(course, tmp_path, monkeypatch, mu
 def test_pass_rate_mutant_over_all_students_fails(course, tmp_path, monkeypatch):
     """Mutant: ungradable students counted as graded (status rewritten on load)."""
     _write_records(course, RECORDS)
-    real = report._validate
+    real = rec.clean_record
 
     def everyone_graded(raw, assignment):
         record = real(raw, assignment)
         record["status"] = "graded"
         return record
 
-    monkeypatch.setattr(report, "_validate", everyone_graded)
+    monkeypatch.setattr(rec, "clean_record", everyone_graded)
     report.build_report(course, LESSON, tmp_path / "mutant")
     with pytest.raises(AssertionError):
         _assert_summary(json.loads((tmp_path / "mutant" / "summary.json").read_text()))
@@ -446,7 +447,7 @@ def _solution_with(
 
 def _records_from_autograde(course: Path, students: list[str]) -> None:
     """Result records from nbgrader's autograded notebooks, the way the grader writes them."""
-    folder = report.results_dir(course, LESSON)
+    folder = rec.results_dir(course, LESSON)
     folder.mkdir(parents=True, exist_ok=True)
     points = report.released_cells(course, LESSON)
     for student in students:
@@ -494,9 +495,9 @@ def graded_course(tmp_path_factory) -> Path:
         ),
     }
     for student, path in notebooks.items():
-        cli.submit(course, LESSON, [path], student)
+        nbgrader_app.submit(course, LESSON, [path], student)
     try:
-        cli.autograde(course, LESSON)
+        nbgrader_app.autograde(course, LESSON)
     except RuntimeError as error:  # nbgrader reports the dead kernel and grades the others
         assert "dying" in str(error)
     shutil.rmtree(course / "autograder/work/autograded/dying", ignore_errors=True)
@@ -564,7 +565,7 @@ def test_feedback_replaces_a_leaking_page_by_the_record_page(course, monkeypatch
             "self-attention-test": _cell(3, 3, True, SA),
         },
     )
-    folder = report.results_dir(course, LESSON)
+    folder = rec.results_dir(course, LESSON)
     folder.mkdir(parents=True)
     (folder / "leaky.json").write_text(json.dumps(record))
     (course / f"autograder/work/autograded/leaky/{LESSON}").mkdir(parents=True)
@@ -576,7 +577,7 @@ def test_feedback_replaces_a_leaking_page_by_the_record_page(course, monkeypatch
         out.write_text(f"<html><body><pre>{html.escape(hidden[0])}</pre></body></html>")
         return [out]
 
-    monkeypatch.setattr(cli, "feedback", leaking_feedback)
+    monkeypatch.setattr(nbgrader_app, "generate_feedback", leaking_feedback)
     [page] = fb.feedback(course, LESSON)
     text = page.read_text()
     _assert_no_hidden(text, hidden)

@@ -16,11 +16,13 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from transformer_lab import check, cli
+from transformer_lab import check
+from transformer_lab.instructor import nbgrader_app
+from transformer_lab.instructor.course import assignments
 
 REPO = Path(__file__).resolve().parents[1]
 # Every lesson in solutions/ is covered; its points are what its test cells declare.
-LESSONS = cli.assignments(REPO)
+LESSONS = assignments(REPO)
 
 
 def _declared_points(lesson: str) -> float:
@@ -45,7 +47,7 @@ def course(tmp_path_factory) -> Path:
     (root / "autograder").mkdir()
     for path in (REPO / "autograder").glob("*.py"):
         shutil.copy(path, root / "autograder" / path.name)
-    cli.generate(root, LESSONS, quiet=True)
+    nbgrader_app.generate(root, LESSONS, quiet=True)
     return root
 
 
@@ -126,11 +128,15 @@ def _tampered_submission(course: Path, tmp: Path) -> Path:
 def graded(course, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("tampered")
     for lesson in LESSONS:
-        cli.submit(course, lesson, [course / "solutions" / lesson / f"{lesson}.ipynb"], "solution")
-        cli.submit(course, lesson, [course / "exercises" / lesson / f"{lesson}.ipynb"], "untouched")
-    cli.submit(course, "02_qkv_attention", [_tampered_submission(course, tmp)], "tampered")
-    cli.autograde(course)  # one nbgrader call for every submission
-    return cli.all_scores(course)
+        nbgrader_app.submit(
+            course, lesson, [course / "solutions" / lesson / f"{lesson}.ipynb"], "solution"
+        )
+        nbgrader_app.submit(
+            course, lesson, [course / "exercises" / lesson / f"{lesson}.ipynb"], "untouched"
+        )
+    nbgrader_app.submit(course, "02_qkv_attention", [_tampered_submission(course, tmp)], "tampered")
+    nbgrader_app.autograde(course)  # one nbgrader call for every submission
+    return nbgrader_app.all_scores(course)
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -164,7 +170,7 @@ def test_solution_notebooks_run_without_error_when_graded(graded, course, lesson
 
 
 def test_feedback_never_shows_hidden_tests(graded, course):
-    paths = cli.feedback(course, "02_qkv_attention")
+    paths = nbgrader_app.generate_feedback(course, "02_qkv_attention")
     assert {p.parent.parent.name for p in paths} >= {"solution", "untouched"}
     for path in paths:
         html = path.read_text(encoding="utf-8")
@@ -201,6 +207,6 @@ def test_solution_notebook_runs_for_a_student_and_saves_their_package(
 
 def test_cli_rejects_an_unknown_lesson_or_missing_notebook_with_a_message(tmp_path):
     with pytest.raises(SystemExit, match="no lesson named '99_nope'"):
-        cli.submit(REPO, "99_nope", [tmp_path / "x.ipynb"])
+        nbgrader_app.submit(REPO, "99_nope", [tmp_path / "x.ipynb"])
     with pytest.raises(SystemExit, match="no such notebook"):
-        cli.submit(REPO, "02_qkv_attention", [tmp_path / "x.ipynb"])
+        nbgrader_app.submit(REPO, "02_qkv_attention", [tmp_path / "x.ipynb"])

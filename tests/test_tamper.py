@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from transformer_lab.instructor import verify as V
+from transformer_lab.instructor.notebook_format import check_calls
 
 pytestmark = pytest.mark.slow
 
@@ -495,10 +496,10 @@ def test_source_flags_are_quiet_on_the_course_solutions():
         assert V.source_flags(cells) == [], folder.name
 
 
-def test_exercises_in_reads_check_calls():
+def test_check_calls_reads_check_calls():
     src = "check.a(a)\n### x\ncheck.b(b, thorough=True)\ncheck.a(a, thorough=True)"
-    assert V.exercises_in(src) == ["a", "b"]
-    assert V.exercises_in("check.(") == []
+    assert check_calls(src) == ["a", "b"]
+    assert check_calls("check.(") == []
 
 
 def test_source_flags_name_each_red_flag():
@@ -557,10 +558,9 @@ DEMOS = ("lookup", "variance", "saturate", "widget", "heatmap", "layer-demo", "p
 
 def test_grade_run_gives_hostile_students_nothing_and_flags_them(tmp_path):
 
-    from transformer_lab import cli
-    from transformer_lab.instructor import grade, sandbox
+    from transformer_lab.instructor import grade, nbgrader_app, sandbox
 
-    course = cli.course_copy(ROOT, tmp_path / "course", [L02])
+    course = nbgrader_app.course_copy(ROOT, tmp_path / "course", [L02])
 
     forbidden = """
 import torch.nn.functional as F

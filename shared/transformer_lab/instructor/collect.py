@@ -39,7 +39,7 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .grade import STUDENT_ID
+from .records import STUDENT_ID
 
 MAX_MEMBERS = 20_000
 MAX_FILE_BYTES = 100 << 20

@@ -5,7 +5,7 @@
 a result record or an autograded notebook (or only the students named), and returns the pages:
 
 - a graded student gets nbgrader's feedback (``nbgrader generate_feedback`` via
-  ``cli.feedback``, whose ``HideHiddenTests`` filter clears hidden tests and cuts test-cell
+  ``nbgrader_app.generate_feedback``, whose ``HideHiddenTests`` filter clears hidden tests and cuts test-cell
   tracebacks to their last line), with a banner on top giving the final score of the result
   record (which may be lower than nbgrader's when the grader's verification refused a cell);
 - an ungradable student gets a short page with the reason, and what to do about it;
@@ -26,10 +26,17 @@ from pathlib import Path
 
 import nbformat
 
-from .. import cli
-from .report import ANSI, EXCEPTION_LINE, load_records, released_cells
+from . import nbgrader_app
+from .course import require_lesson
+from .notebook_format import (
+    HIDDEN_TESTS_BEGIN,
+    HIDDEN_TESTS_END,
+    hidden_tests,
+    without_hidden_tests,
+)
+from .records import load_class_records
+from .report import ANSI, EXCEPTION_LINE, released_cells
 
-HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 TAGS = re.compile(r"<[^>]+>")
 BLOCKS = re.compile(r"<(style|script)\b.*?</\1>", re.S | re.I)
 STYLE = (
@@ -69,9 +76,9 @@ def hidden_test_lines(course: Path, assignment: str) -> list[str]:
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
-            for block in HIDDEN.findall(cell.source):
+            for block in hidden_tests(cell.source):
                 hidden.update(_squash(line) for line in block.splitlines())
-            outside = HIDDEN.sub("", cell.source)
+            outside = without_hidden_tests(cell.source)
             visible.update(_squash(line) for line in outside.splitlines())
     return sorted(line for line in hidden - visible if len(line) >= 8)
 
@@ -85,7 +92,8 @@ def leaks(page: str, hidden: list[str]) -> list[str]:
     """The hidden-test lines (and markers) that an HTML page shows; [] when it is clean."""
     text = _squash(page_text(page))
     found = [line for line in hidden if line in text]
-    found += [m for m in ("BEGINHIDDENTESTS", "ENDHIDDENTESTS") if m in text]
+    markers = (HIDDEN_TESTS_BEGIN, HIDDEN_TESTS_END)  # without their "###": stricter
+    found += [m for m in (_squash(m.lstrip("# ")) for m in markers) if m in text]
     return found
 
 
@@ -213,8 +221,8 @@ def _students(course: Path, assignment: str, records: dict) -> list[str]:
 def feedback(course: Path, assignment: str, students: list[str] | None = None) -> list[Path]:
     """Write one feedback page per student; return the pages written (sorted)."""
     course = Path(course).resolve()
-    cli._require_lesson(course, assignment)
-    records, problems = load_records(course, assignment)
+    require_lesson(course, assignment)
+    records, problems = load_class_records(course, assignment)
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
     points = released_cells(course, assignment)
@@ -245,13 +253,13 @@ def feedback(course: Path, assignment: str, students: list[str] | None = None) -
     if graded:
         try:
             if students is None:
-                cli.feedback(course, assignment)
+                nbgrader_app.generate_feedback(course, assignment)
             else:
                 raise RuntimeError("per student")
         except RuntimeError:
             for student in graded:
                 try:
-                    cli.feedback(course, assignment, student)
+                    nbgrader_app.generate_feedback(course, assignment, student)
                 except RuntimeError as error:
                     last = str(error).strip().splitlines()[-1:] or [""]
                     print(

@@ -11,12 +11,14 @@ LMS download is collected into that layout first, see `collect`):
    stripped, note edited or deleted test cells (nbgrader puts them back from the gradebook).
 2. One job per student in a private course copy under a temporary folder (autograder/*.py,
    exercises/<assignment>, a copy of a gradebook prepared once per run, the student's folder;
-   never solutions/ or another student's files), boxed by `sandbox.run`: `nbgrader autograde`
-   with the per-cell timeout, then `verify.verify` (the clean re-check), then the scores are read
-   from the private gradebook; the job hands back one JSON record through a pipe.
+   never solutions/ or another student's files), boxed by `sandbox.run`, runs `job.run_job`:
+   `nbgrader autograde` with the per-cell timeout, then `verify.verify` (the clean re-check),
+   then the scores are read from the private gradebook; the job hands back one JSON record
+   through a pipe.
 3. The parent validates the record (schema, known grade ids, 0 <= score <= points from the
    released notebook) and writes it atomically to
-   `<course>/autograder/work/results/<assignment>/<student>.json`; then the CSV.
+   `<course>/autograder/work/results/<assignment>/<student>.json`; then the CSV (both formats:
+   `records`).
 
 A job that crashes, times out or returns garbage gives status "ungradable" with the reason:
 never a missing row, never a silent 0. Re-running skips students whose record exists for the
@@ -26,15 +28,11 @@ same submission bytes (`submission_sha256`) unless `force`; a run killed half-wa
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,46 +42,24 @@ from pathlib import Path
 
 import nbformat
 
-from . import sandbox
+from . import nbgrader_app, sandbox
+from .course import PACKAGE_REPO
+from .notebook_format import graded_cells, is_test_cell, released_notebooks, repair
+from .records import (
+    STUDENT_ID,
+    load_records,
+    load_valid,
+    now,
+    record_path,
+    ungradable,
+    validate_record,
+    write_csv,
+    write_record,
+)
 
-RESULTS = Path("autograder") / "work" / "results"
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 MAX_NOTEBOOK_BYTES = 50 * sandbox.MiB
-OUTPUT_CHARS = 4000
-CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_][A-Za-z0-9_]*)\s*\(")
-HIDDEN = ("solutions", "autograder/work", "student_package", ".git")
-
-
-# ----------------------------------------------------------------------------- the release
-
-
-def released_notebooks(course: Path, assignment: str) -> dict[str, nbformat.NotebookNode]:
-    """{notebook file name: released notebook} from exercises/<assignment>/."""
-    folder = course / "exercises" / assignment
-    paths = sorted(folder.glob("*.ipynb"))
-    if not paths:
-        lessons = sorted(p.name for p in (course / "exercises").glob("*") if p.is_dir())
-        raise SystemExit(
-            f"no released notebook in exercises/{assignment}/ (lessons: {', '.join(lessons)}); "
-            "run `transformer-lab release` first"
-        )
-    return {p.name: nbformat.read(p, as_version=4) for p in paths}
-
-
-def graded_cells(released: dict[str, nbformat.NotebookNode]) -> dict[str, dict]:
-    """{grade_id: {"points", "notebook", "source", "exercises"}} for every graded cell."""
-    cells = {}
-    for name, nb in released.items():
-        for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade") and "grade_id" in meta:
-                cells[meta["grade_id"]] = {
-                    "points": float(meta.get("points", 0)),
-                    "notebook": name,
-                    "source": cell.source,
-                    "exercises": sorted(set(CHECK_CALL.findall(cell.source))),
-                }
-    return cells
+# Folders of the course and of the package's repository that a grading job never sees.
+PRIVATE_FOLDERS = ("solutions", "autograder/work", "student_package", ".git")
 
 
 # ----------------------------------------------------------------------------- repair
@@ -141,60 +117,6 @@ def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
     return nb, notes
 
 
-def repair(
-    nb: nbformat.NotebookNode, released: nbformat.NotebookNode
-) -> tuple[list[str], list[str]]:
-    """Restore stripped nbgrader metadata from the release (cells matched by id, then by source);
-    drop metadata naming grade ids the release does not have or that appear twice.
-    Returns (notes, flags)."""
-    notes, flags = [], []
-    ref = {
-        c.metadata["nbgrader"].get("grade_id"): c
-        for c in released.cells
-        if "nbgrader" in c.metadata
-    }
-    by_id = {c.get("id"): c for c in ref.values()}
-    by_source = {c.source: c for c in ref.values()}
-    seen, restored = set(), 0
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader")
-        if isinstance(meta, dict) and meta.get("grade_id") in ref and meta["grade_id"] not in seen:
-            seen.add(meta["grade_id"])
-            continue
-        if meta is not None:
-            del cell.metadata["nbgrader"]
-            flags.append(
-                f"nbgrader metadata of cell {cell.get('id')!r} dropped (unknown or repeated grade id)"
-            )
-    for cell in nb.cells:
-        if "nbgrader" in cell.metadata:
-            continue
-        match = by_id.get(cell.get("id")) or by_source.get(cell.source)
-        if match is not None and match.metadata["nbgrader"]["grade_id"] not in seen:
-            cell.metadata["nbgrader"] = json.loads(json.dumps(match.metadata["nbgrader"]))
-            seen.add(match.metadata["nbgrader"]["grade_id"])
-            restored += 1
-    if restored:
-        notes.append(f"repaired: {restored} cells' nbgrader metadata restored from the release")
-    for grade_id, cell in ref.items():
-        meta = cell.metadata["nbgrader"]
-        if not (meta.get("grade") and meta.get("locked")):
-            continue
-        mine = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
-        if not mine:
-            notes.append(f"test cell {grade_id} was missing (restored from the release)")
-        elif _without_hidden(mine[0].source) != _without_hidden(cell.source):
-            flags.append(f"locked test cell {grade_id} was edited (graded with the released one)")
-    return notes, flags
-
-
-def _without_hidden(source: str) -> str:
-    """A test cell's source without its hidden block (a solution notebook has one)."""
-    return re.sub(
-        r"[ \t]*### BEGIN HIDDEN TESTS\n.*?### END HIDDEN TESTS[^\n]*\n?", "", source, flags=re.S
-    ).strip()
-
-
 def prepare_submission(
     folder: Path, released: dict[str, nbformat.NotebookNode], dest: Path
 ) -> list[str] | tuple:
@@ -235,119 +157,14 @@ def prepare_submission(
     dest.mkdir(parents=True, exist_ok=True)
     for name, path in chosen.items():
         nb, read_notes = read_notebook(path)
-        fixed_notes, fixed_flags = repair(nb, released[name])
-        notes += read_notes + fixed_notes
-        flags += fixed_flags
+        fixed = repair(nb, released[name])
+        notes += read_notes + fixed.notes
+        flags += fixed.flags
         nbformat.write(nb, dest / name)
     return notes, flags
 
 
 # ----------------------------------------------------------------------------- the run
-
-
-def results_dir(course: Path, assignment: str) -> Path:
-    return course / RESULTS / assignment
-
-
-def record_path(course: Path, assignment: str, student: str) -> Path:
-    return results_dir(course, assignment) / f"{student}.json"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def ungradable(
-    student: str,
-    assignment: str,
-    cells: dict,
-    reason: str,
-    *,
-    sha: str = "",
-    flags: list[str] | None = None,
-    seconds: float = 0.0,
-) -> dict:
-    """The record of a submission that could not be graded: score 0, every cell failed."""
-    return {
-        "student": student,
-        "assignment": assignment,
-        "status": "ungradable",
-        "reason": reason,
-        "score": 0.0,
-        "max_score": sum(c["points"] for c in cells.values()),
-        "cells": {
-            gid: {
-                "score": 0.0,
-                "max_score": c["points"],
-                "passed": False,
-                "exercises": c["exercises"],
-                "output": "",
-            }
-            for gid, c in cells.items()
-        },
-        "flags": list(flags or []),
-        "submission_sha256": sha,
-        "seconds": round(seconds, 2),
-        "graded_at": _now(),
-    }
-
-
-def validate_record(raw: object, student: str, assignment: str, cells: dict) -> dict:
-    """Check a record against the release; raises ValueError. Totals are recomputed here."""
-    if not isinstance(raw, dict):
-        raise ValueError("not a JSON object")
-    if raw.get("student") != student or raw.get("assignment") != assignment:
-        raise ValueError("student or assignment does not match the job")
-    if raw.get("status") not in ("graded", "ungradable"):
-        raise ValueError(f"unknown status {raw.get('status')!r}")
-    got = raw.get("cells")
-    if not isinstance(got, dict) or set(got) != set(cells):
-        raise ValueError("graded cells differ from the release's")
-    clean = {}
-    for gid, cell in got.items():
-        points = cells[gid]["points"]
-        score = cell.get("score") if isinstance(cell, dict) else None
-        if not isinstance(score, (int, float)) or not 0 <= score <= points:
-            raise ValueError(f"cell {gid}: score {score!r} outside [0, {points:g}]")
-        output = cell.get("output", "")
-        clean[gid] = {
-            "score": float(score),
-            "max_score": points,
-            "passed": bool(cell.get("passed")) and score == points,
-            "exercises": cells[gid]["exercises"],
-            "output": output[:OUTPUT_CHARS] if isinstance(output, str) else "",
-        }
-    flags = raw.get("flags", [])
-    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-        raise ValueError("flags is not a list of strings")
-    reason = raw.get("reason")
-    if reason is not None and not isinstance(reason, str):
-        raise ValueError("reason is not text")
-    record = dict(raw)
-    record.update(
-        cells=clean,
-        flags=[f[:500] for f in flags[:50]],
-        reason=reason[:2000] if reason else None,
-        score=0.0 if raw["status"] == "ungradable" else sum(c["score"] for c in clean.values()),
-        max_score=sum(c["points"] for c in cells.values()),
-    )
-    return record
-
-
-def _load_valid(path: Path, student: str, assignment: str, cells: dict) -> dict | None:
-    try:
-        return validate_record(
-            json.loads(path.read_text(encoding="utf-8")), student, assignment, cells
-        )
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
 
 
 def find_students(submissions: Path, assignment: str) -> tuple[dict[str, Path], list[str]]:
@@ -367,35 +184,6 @@ def find_students(submissions: Path, assignment: str) -> tuple[dict[str, Path], 
     ):
         problems.append(f"{path.name}: a file at the top level (expected <student>/{assignment}/…)")
     return found, problems
-
-
-def _package_repo() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-def _prepare_base(course: Path, assignment: str, run_dir: Path) -> Path:
-    """A gradebook with the assignment registered (nbgrader generate_assignment on a copy)."""
-    base = run_dir / "base"
-    (base / "autograder").mkdir(parents=True)
-    for path in (course / "autograder").glob("*.py"):
-        shutil.copy(path, base / "autograder" / path.name)
-    source = course / "solutions" / assignment
-    if not source.is_dir():
-        raise SystemExit(f"no solutions/{assignment}/: grading needs the source notebook")
-    shutil.copytree(source, base / "solutions" / assignment)
-    (base / "exercises").mkdir()
-    env = _env(base, run_dir / "base-home")
-    result = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
-        cwd=base / "autograder",
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    db = base / "autograder" / "work" / "gradebook.db"
-    if result.returncode != 0 or not db.is_file():
-        raise RuntimeError(f"could not prepare the gradebook:\n{result.stdout}\n{result.stderr}")
-    return db
 
 
 def _env(course: Path, home: Path) -> dict[str, str]:
@@ -461,8 +249,6 @@ class Grader:
             print(message, flush=True)
 
     def run(self) -> list[dict]:
-        from . import export
-
         if not self.submissions.exists():
             raise SystemExit(f"no such file or folder: {self.submissions}")
         if self.submissions.is_file() or not any(self.submissions.glob(f"*/{self.assignment}")):
@@ -483,7 +269,7 @@ class Grader:
         todo = []
         for student, folder in found.items():
             sha = submission_sha256(folder)
-            old = _load_valid(
+            old = load_valid(
                 record_path(self.course, self.assignment, student),
                 student,
                 self.assignment,
@@ -505,11 +291,11 @@ class Grader:
             finally:
                 if not os.environ.get("TRANSFORMER_LAB_KEEP_GRADING_DIR"):
                     shutil.rmtree(self.run_dir, ignore_errors=True)
-        records = export.load_records(self.course, self.assignment)
+        records = load_records(self.course, self.assignment)
         if self.out is not None:
-            export.write_csv(records, Path(self.out), {self.assignment: self.cells})
+            write_csv(records, Path(self.out), {self.assignment: self.cells})
         try:
-            export.merge_into_gradebook(self.course, records)
+            nbgrader_app.merge_into_gradebook(self.course, records)
         except Exception as error:  # the records and the CSV are what counts
             self.say(f"warning: could not merge into the course gradebook: {error}")
         return records
@@ -517,7 +303,12 @@ class Grader:
     def base_gradebook(self) -> Path:
         with self.lock:
             if self._base is None:
-                self._base = _prepare_base(self.course, self.assignment, self.run_dir)
+                self._base = nbgrader_app.prepare_gradebook(
+                    self.course,
+                    self.assignment,
+                    self.run_dir / "base",
+                    _env(self.run_dir / "base", self.run_dir / "base-home"),
+                )
             return self._base
 
     def _one(self, student: str, folder: Path, sha: str) -> dict:
@@ -531,20 +322,15 @@ class Grader:
             traceback.print_exc()
         record["seconds"] = round(time.monotonic() - start, 2)
         record["submission_sha256"] = sha
-        record["graded_at"] = _now()
+        record["graded_at"] = now()
         if record["status"] != "graded":  # no stale autograded notebook for feedback
             stale = self.course / "autograder" / "work" / "autograded" / student / self.assignment
             shutil.rmtree(stale, ignore_errors=True)
         with self.lock:
-            _write_atomic(
-                record_path(self.course, self.assignment, student),
-                json.dumps(record, indent=1, sort_keys=True),
-            )
+            write_record(self.course, record)
             if self.out is not None:
-                from . import export
-
-                export.write_csv(
-                    export.load_records(self.course, self.assignment),
+                write_csv(
+                    load_records(self.course, self.assignment),
                     Path(self.out),
                     {self.assignment: self.cells},
                 )
@@ -598,17 +384,23 @@ class Grader:
         (job / "spec.json").write_text(json.dumps(spec))
         env = _env(course, job / "home")
         hide = [Path(tempfile.gettempdir())] if self._tmp_hideable() else []
-        hide += [root / sub for root in {self.course, _package_repo()} for sub in HIDDEN]
+        hide += [root / sub for root in {self.course, PACKAGE_REPO} for sub in PRIVATE_FOLDERS]
         hide += [self.run_dir]
-        if not _is_ancestor(self.submissions, [self.course, _package_repo(), Path(sys.prefix)]):
+        if not _is_ancestor(self.submissions, [self.course, PACKAGE_REPO, Path(sys.prefix)]):
             hide.append(self.submissions)
         result = sandbox.run(
-            [sys.executable, "-m", __name__, "--job", str(job / "spec.json")],
+            [
+                sys.executable,
+                "-m",
+                "transformer_lab.instructor.job",
+                "--job",
+                str(job / "spec.json"),
+            ],
             cwd=course / "autograder",
             env=env,
             limits=self.limits,
             hide=hide,
-            readonly=sorted({self.course, _package_repo()}),
+            readonly=sorted({self.course, PACKAGE_REPO}),
             keep=job,
             isolate=self.isolate,
         )
@@ -650,12 +442,7 @@ class Grader:
         result = {}
         for path in sorted((self.course / "solutions" / self.assignment).glob("*.ipynb")):
             nb = nbformat.read(path, as_version=4)
-            nb.cells = [
-                c
-                for c in nb.cells
-                if c.metadata.get("nbgrader", {}).get("grade")
-                and not c.metadata["nbgrader"].get("solution")
-            ]
+            nb.cells = [c for c in nb.cells if is_test_cell(c)]
             result[path.name] = nb
         return result
 
@@ -685,7 +472,7 @@ class Grader:
     def _tmp_hideable(self) -> bool:
         tmp = Path(tempfile.gettempdir()).resolve()
         return not _is_ancestor(
-            tmp, [_package_repo(), Path(sys.prefix).resolve(), Path(sys.executable).resolve()]
+            tmp, [PACKAGE_REPO, Path(sys.prefix).resolve(), Path(sys.executable).resolve()]
         )
 
 
@@ -713,228 +500,3 @@ def grade(
 ) -> list[dict]:
     """Grade every submission of `assignment` (see the module docstring); returns the records."""
     return Grader(course, assignment, submissions, out=out, **options).run()
-
-
-# ----------------------------------------------------------------------------- inside the job
-
-
-def _cell_output(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        kind = output.get("output_type")
-        if kind == "stream":
-            parts.append(output.get("text", ""))
-        elif kind == "error":
-            parts.append(f"{output.get('ename', '')}: {output.get('evalue', '')}")
-        elif kind in ("execute_result", "display_data"):
-            parts.append(str(output.get("data", {}).get("text/plain", "")))
-    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", "".join(parts))
-    return text[:OUTPUT_CHARS]
-
-
-DIED = ("DeadKernelError", "Kernel died", "kernel died", "KernelDied")
-
-
-TIMEOUT_MARKS = ("CellTimeoutError", "TimeoutError", "KeyboardInterrupt")
-MEMORY_MARKS = ("MemoryError", "DefaultCPUAllocator: can't allocate", "std::bad_alloc")
-
-
-def _read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
-    """Per-cell scores from the private gradebook, outputs and notes from the autograded
-    notebook (a cell stopped by the per-cell timeout, a cell out of memory)."""
-    from nbgrader.api import Gradebook
-
-    student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
-    scores, outputs, notes = {}, {}, []
-    with Gradebook(f"sqlite:///{course / 'autograder' / 'work' / 'gradebook.db'}") as gb:
-        for gid, cell in cells.items():
-            row = gb.find_grade(gid, Path(cell["notebook"]).stem, assignment, student)
-            scores[gid] = float(row.score or 0.0)
-    for name in spec["notebooks"]:
-        path = course / "autograder" / "work" / "autograded" / student / assignment / name
-        nb = nbformat.read(path, as_version=4)
-        for i, c in enumerate(nb.cells):
-            if c.cell_type != "code":
-                continue
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            output = _cell_output(c)
-            errors = [
-                o.get("ename", "") for o in c.get("outputs", []) if o.get("output_type") == "error"
-            ]
-            label = gid or f"{i + 1} (id {c.get('id', '?')})"
-            if any(e in TIMEOUT_MARKS for e in errors):
-                notes.append(f"cell {label} hit the per-cell timeout")
-            if any(m in output for m in MEMORY_MARKS):
-                notes.append(
-                    f"cell {label} ran out of memory (cap {spec['memory_bytes'] / sandbox.GiB:g} GiB)"
-                )
-            if gid in cells:
-                outputs[gid] = output
-    return scores, outputs, notes
-
-
-class _VerifyTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _alarm(seconds: float):
-    """Raise _VerifyTimeout in this (main) thread after `seconds`."""
-
-    def ring(signum, frame):
-        raise _VerifyTimeout()
-
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def _kill_the_rest() -> None:
-    """In our own PID namespace (we are PID 1), SIGKILL every other process in it."""
-    if os.getpid() == 1:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _job(spec_path: str) -> None:
-    """Runs inside the sandbox: autograde, verify, read the private gradebook, report on fd."""
-    spec = json.loads(Path(spec_path).read_text())
-    fd = int(os.environ.pop("TRANSFORMER_LAB_RESULT_FD"))
-    os.set_inheritable(fd, False)  # nbgrader and the student's kernel never get the pipe
-    student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
-    course = Path(spec["course"])
-    start = time.monotonic()
-    args = [
-        "autograde",
-        assignment,
-        "--student",
-        student,
-        "--create",
-        "--force",
-        # Unix sockets in the job's own folder: no TCP ports, so no clashes between jobs.
-        "--KernelManager.transport=ipc",
-        f"--KernelManager.ip={course.parent / 'k'}",
-    ]
-    if spec.get("cell_timeout"):
-        args.append(f"--Execute.timeout={int(spec['cell_timeout'])}")
-    budget = spec["wall_seconds"] - 15  # the parent kills the job at wall_seconds
-    log = course.parent / "autograde.log"
-    with open(log, "w+") as out:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "nbgrader", *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=max(budget * 0.7, 10),
-            )
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-        out.seek(0)
-        text = out.read()[-100_000:]
-    _kill_the_rest()  # a student's background process must not touch the gradebook we read
-    flags: list[str] = []
-    record = None
-    reason = None
-    scores, outputs, notes = {}, {}, []
-    if code == "timeout":
-        reason = (
-            f"timeout: nbgrader autograde ran past the wall-clock cap ({spec['wall_seconds']:g} s)"
-        )
-    else:
-        try:
-            scores, outputs, notes = _read_results(course, spec)
-        except Exception as error:  # nothing usable: say why, as precisely as the log allows
-            if any(word in text for word in DIED):
-                reason = "the kernel died (the notebook crashed Python: os._exit, a segfault, ...)"
-            else:
-                lines = [ln for ln in text.splitlines() if "rror" in ln][-3:]
-                reason = (
-                    f"nbgrader could not grade the notebook (exit {code}): {error}; "
-                    + " | ".join(lines)[-600:]
-                )
-    if reason is None:
-        verdicts, withheld = None, None
-        remaining = budget - (time.monotonic() - start) - 5
-        try:
-            if not spec.get("verify", True):
-                raise RuntimeError("switched off for this run")
-            from .verify import verify
-
-            (course.parent / "verify").mkdir(exist_ok=True)
-            submitted = course / "autograder" / "work" / "submitted" / student / assignment
-            with _alarm(remaining):
-                checked = verify(
-                    assignment,
-                    submitted / spec["notebooks"][0],
-                    course.parent / "verify",
-                    course=course,
-                    timeout=max(remaining - 10, 1.0),
-                    memory=spec["memory_bytes"],
-                    cell_timeout=spec.get("cell_timeout") or 240.0,
-                )
-            verdicts = checked.get("cells", {})
-            flags += [str(f) for f in checked.get("flags", []) if str(f) not in flags]
-        except _VerifyTimeout:
-            # Student code can make the re-check hang (an endless loop only outside nbgrader):
-            # nbgrader's points are then not trusted.
-            withheld = (
-                f"the clean re-check timed out ({max(remaining, 0):.0f} s left of the "
-                f"{spec['wall_seconds']:g} s cap): nbgrader's points withheld"
-            )
-            notes.append(withheld)
-            flags.append(withheld)
-        except Exception as error:
-            flags.append(f"verification unavailable: {type(error).__name__}: {error}"[:300])
-        record = {
-            "student": student,
-            "assignment": assignment,
-            "status": "graded",
-            "reason": "; ".join(notes) or None,
-            "cells": {},
-            "flags": flags,
-        }
-        for gid, cell in cells.items():
-            score = min(max(scores.get(gid, 0.0), 0.0), cell["points"])
-            output = outputs.get(gid, "")
-            if withheld:
-                score, output = 0.0, f"{withheld}\n{output}"
-            elif verdicts is not None:
-                verdict = verdicts.get(gid, {"passed": False, "message": "not re-checked"})
-                if score > 0 and not verdict.get("passed"):
-                    score = 0.0
-                    flags.append(  # E2: the wording of verify.tampering_flags
-                        f"suspected tampering: {gid} passed in the notebook but not on a "
-                        "clean re-check"
-                    )
-                    output = f"clean re-check failed: {verdict.get('message', '')}\n{output}"
-            record["cells"][gid] = {
-                "score": score,
-                "passed": score == cell["points"],
-                "output": output[:OUTPUT_CHARS],
-            }
-    if record is None:
-        record = {
-            "student": student,
-            "assignment": assignment,
-            "status": "ungradable",
-            "reason": reason,
-            "cells": {gid: {"score": 0.0, "passed": False, "output": ""} for gid in cells},
-            "flags": flags,
-        }
-    _kill_the_rest()
-    os.write(fd, json.dumps(record).encode())
-    os.close(fd)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--job":
-        _job(sys.argv[2])
-    else:
-        raise SystemExit("usage: python -m transformer_lab.instructor.grade --job SPEC.json")

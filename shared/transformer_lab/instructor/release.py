@@ -1,7 +1,7 @@
 """Release an assignment to students: regenerate it, then hand it out.
 
 ``release(course, assignment, exchange=None)``
-- always regenerates ``exercises/<assignment>/`` from ``solutions/`` (``cli.generate``; the
+- always regenerates ``exercises/<assignment>/`` from ``solutions/`` (``nbgrader_app.generate``; the
   result is byte-identical run to run, so releasing twice changes nothing);
 - with ``exchange`` (the nbgrader exchange folder of a JupyterHub, e.g. ``/srv/nbgrader/exchange``):
   runs ``nbgrader release_assignment`` into ``<exchange>/transformer-lab/outbound/<assignment>``,
@@ -16,15 +16,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import cli
+from . import nbgrader_app
+from .course import require_lesson
 
 COURSE_ID = "transformer-lab"
 
 
 def release(course: Path, assignment: str, exchange: Path | None = None) -> Path:
     course = Path(course).resolve()
-    cli._require_lesson(course, assignment)
-    notebooks = cli.generate(course, [assignment], quiet=True)
+    require_lesson(course, assignment)
+    notebooks = nbgrader_app.generate(course, [assignment], quiet=True)
     if not notebooks:
         raise SystemExit(f"generating {assignment} wrote no notebook in exercises/{assignment}/")
     released = course / "exercises" / assignment
@@ -37,14 +38,7 @@ def release(course: Path, assignment: str, exchange: Path | None = None) -> Path
     exchange = Path(exchange).resolve()
     if exchange.exists() and not exchange.is_dir():
         raise SystemExit(f"the exchange {exchange} is not a folder")
-    cli._nbgrader(
-        course,
-        "release_assignment",
-        assignment,
-        "--force",
-        f"--Exchange.root={exchange}",
-        f"--CourseDirectory.course_id={COURSE_ID}",
-    )
+    nbgrader_app.release_assignment(course, assignment, exchange, COURSE_ID)
     target = exchange / COURSE_ID / "outbound" / assignment
     missing = [nb.name for nb in notebooks if not (target / nb.name).is_file()]
     if missing:

@@ -33,9 +33,11 @@ from pathlib import Path
 
 import nbformat
 
+from .notebook_format import check_calls, is_graded, nbgrader_meta
+from .records import load_class_records
+
 REPORT_FILES = ("report.html", "report.md", "score_distribution.png", "summary.json")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
 EXCEPTION_LINE = re.compile(
     r"^\s*(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Failed|Exit|Interrupt|Yourself))\b"
 )
@@ -44,89 +46,6 @@ TOP_N = 5
 
 # ----------------------------------------------------------------------------------------------
 # Inputs: result records and the released notebook.
-
-
-def results_dir(course: Path, assignment: str) -> Path:
-    return Path(course) / "autograder" / "work" / "results" / assignment
-
-
-def _number(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"not a number: {value!r}")
-    return float(value)
-
-
-def _validate(record, assignment: str) -> dict:
-    """A cleaned copy of one record; ValueError saying what is wrong with it."""
-    if not isinstance(record, dict):
-        raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
-    status = record.get("status")
-    if status not in ("graded", "ungradable"):
-        raise ValueError(f"status is {status!r}, not 'graded' or 'ungradable'")
-    if record.get("assignment", assignment) != assignment:
-        raise ValueError(f"record is for assignment {record.get('assignment')!r}")
-    cells = record.get("cells") or {}
-    if not isinstance(cells, dict):
-        raise ValueError("cells is not an object")
-    clean_cells = {}
-    for grade_id, cell in cells.items():
-        if not isinstance(cell, dict):
-            raise ValueError(f"cell {grade_id!r} is not an object")
-        score = _number(cell.get("score", 0.0))
-        max_score = _number(cell.get("max_score", 0.0))
-        exercises = cell.get("exercises") or []
-        if not isinstance(exercises, list):
-            raise ValueError(f"cell {grade_id!r}: exercises is not a list")
-        passed = cell.get("passed")
-        clean_cells[str(grade_id)] = {
-            "score": score,
-            "max_score": max_score,
-            "passed": bool(passed) if passed is not None else score >= max_score > 0,
-            "exercises": [str(e) for e in exercises],
-            "output": str(cell.get("output") or ""),
-        }
-    flags = record.get("flags") or []
-    if not isinstance(flags, list):
-        raise ValueError("flags is not a list")
-    return {
-        "student": str(record.get("student", "")),
-        "status": status,
-        "reason": None if record.get("reason") is None else str(record["reason"]),
-        "score": _number(record.get("score", 0.0)),
-        "max_score": _number(record.get("max_score", 0.0)),
-        "cells": clean_cells,
-        "flags": [str(f) for f in flags],
-    }
-
-
-def load_records(course: Path, assignment: str) -> tuple[dict[str, dict], list[str]]:
-    """({student: record}, [problem, ...]) from the results folder of one assignment.
-
-    The student is the file's name (``alice.json`` -> ``alice``). Files that are not valid JSON or
-    not a valid record are listed as problems and left out; half-written temporary files
-    (hidden names, other suffixes) are ignored.
-    """
-    folder = results_dir(course, assignment)
-    records, problems = {}, []
-    if not folder.is_dir():
-        return records, [f"no results folder {folder}: grade the assignment first"]
-    for path in sorted(folder.glob("*.json")):
-        if path.name.startswith("."):
-            continue
-        student = path.stem
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            record = _validate(raw, assignment)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as error:
-            problems.append(f"{path.name}: unreadable record ({type(error).__name__}: {error})")
-            continue
-        if record["student"] and record["student"] != student:
-            problems.append(
-                f"{path.name}: the record names student {record['student']!r}; counted as {student!r}"
-            )
-        record["student"] = student
-        records[student] = record
-    return records, problems
 
 
 def released_cells(course: Path, assignment: str, catalogue: dict | None = None) -> dict:
@@ -142,10 +61,10 @@ def released_cells(course: Path, assignment: str, catalogue: dict | None = None)
         except Exception:  # a broken release is reported by the counts, not fatal here
             continue
         for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if not meta.get("grade") or "grade_id" not in meta:
+            if not is_graded(cell):
                 continue
-            names = list(dict.fromkeys(CHECK_CALL.findall(cell.source)))
+            meta = nbgrader_meta(cell)
+            names = check_calls(cell.source)
             if catalogue is not None:
                 names = [n for n in names if n in catalogue]
             cells[meta["grade_id"]] = {
@@ -557,7 +476,7 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
     course, out_dir = Path(course).resolve(), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     catalogue = mistake_catalogue()
-    records, problems = load_records(course, assignment)
+    records, problems = load_class_records(course, assignment)
     cells = released_cells(course, assignment, catalogue)
     if not cells:
         problems.append(f"no released notebook with graded cells in exercises/{assignment}/")

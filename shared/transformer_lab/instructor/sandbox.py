@@ -39,8 +39,9 @@ MiB = 1 << 20
 # What every process that runs a student's code gets: one thread per library (jobs run side by
 # side), no display, no hub downloads, no progress bars, fixed hashing, and grading mode (earlier
 # lessons on the reference, nothing saved into a student package).
+GRADING_FLAG = "TRANSFORMER_LAB_GRADING"  # what transformer_lab.check.grading_mode() reads
 GRADING_ENV = {
-    "TRANSFORMER_LAB_GRADING": "1",
+    GRADING_FLAG: "1",
     "TRANSFORMER_LAB_NO_PROGRESS": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",

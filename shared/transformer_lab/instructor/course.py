@@ -1,0 +1,58 @@
+"""Which course a command works on, and which lessons it holds.
+
+A course folder holds ``solutions/<lesson>/<lesson>.ipynb`` (the nbgrader sources),
+``exercises/<lesson>/`` (what students get) and ``autograder/nbgrader_config.py``. A command
+works on the course it is run in (the current folder or the nearest folder above it that is a
+course), or on the one given with ``--course-dir``; never on wherever the package was installed
+from, so that grading in a copy of the course (a new term, a trial run) stays in that copy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# shared/transformer_lab/instructor/course.py -> the repository this package was installed from
+PACKAGE_REPO = Path(__file__).resolve().parents[3]
+MARKER = Path("autograder") / "nbgrader_config.py"
+
+
+def is_course(folder: Path) -> bool:
+    return (Path(folder) / MARKER).is_file()
+
+
+def course_root(
+    path: str | os.PathLike | None = None, cwd: str | os.PathLike | None = None
+) -> Path:
+    """The course folder: `path` (``--course-dir``) if given, else the current folder `cwd` (by
+    default the process's) or the nearest folder above it holding autograder/nbgrader_config.py."""
+    if path is not None:
+        root = Path(path).resolve()
+        if not is_course(root):
+            raise SystemExit(f"--course-dir {path}: not a course folder (no {MARKER} in {root})")
+        return root
+    here = Path(cwd if cwd is not None else os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if is_course(folder):
+            return folder
+    raise SystemExit(
+        f"no course in {here} or above it (a course folder holds {MARKER}): run the command "
+        "in the course folder, or pass --course-dir"
+    )
+
+
+def assignments(root: Path) -> list[str]:
+    """Every lesson in solutions/ (folders NN_topic holding NN_topic.ipynb)."""
+    return sorted(
+        p.parent.name for p in (root / "solutions").glob("*/*.ipynb") if p.stem == p.parent.name
+    )
+
+
+def require_lesson(root: Path, assignment: str) -> str:
+    """`assignment` if solutions/ holds it; else a clear error listing the lessons."""
+    lessons = assignments(root)
+    if assignment not in lessons:
+        raise SystemExit(
+            f"no lesson named {assignment!r} in solutions/ (lessons: {', '.join(lessons)})"
+        )
+    return assignment

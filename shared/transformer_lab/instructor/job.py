@@ -1,0 +1,253 @@
+"""Inside one grading job (run by `grade` in its sandbox): autograde one student with nbgrader,
+re-check the graded cells (`verify`), read the private gradebook, hand back one record.
+
+    python -m transformer_lab.instructor.job --job SPEC.json
+
+The spec (written by `grade.Grader`) names the student, the assignment, the job's private course
+copy, the graded cells and the limits; the record goes to the pipe whose descriptor is in
+TRANSFORMER_LAB_RESULT_FD, and `grade` validates it (`records.validate_record`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from . import nbgrader_app, sandbox
+from .notebook_format import nbgrader_meta
+from .records import OUTPUT_CHARS
+
+DIED = ("DeadKernelError", "Kernel died", "kernel died", "KernelDied")
+TIMEOUT_MARKS = ("CellTimeoutError", "TimeoutError", "KeyboardInterrupt")
+MEMORY_MARKS = ("MemoryError", "DefaultCPUAllocator: can't allocate", "std::bad_alloc")
+
+
+def _cell_output(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        kind = output.get("output_type")
+        if kind == "stream":
+            parts.append(output.get("text", ""))
+        elif kind == "error":
+            parts.append(f"{output.get('ename', '')}: {output.get('evalue', '')}")
+        elif kind in ("execute_result", "display_data"):
+            parts.append(str(output.get("data", {}).get("text/plain", "")))
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", "".join(parts))
+    return text[:OUTPUT_CHARS]
+
+
+def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
+    """Per-cell scores from the private gradebook, outputs and notes from the autograded
+    notebook (a cell stopped by the per-cell timeout, a cell out of memory)."""
+    student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
+    scores = nbgrader_app.cell_scores(course, assignment, student, cells)
+    outputs, notes = {}, []
+    for name in spec["notebooks"]:
+        path = course / "autograder" / "work" / "autograded" / student / assignment / name
+        nb = nbformat.read(path, as_version=4)
+        for i, c in enumerate(nb.cells):
+            if c.cell_type != "code":
+                continue
+            gid = nbgrader_meta(c).get("grade_id")
+            output = _cell_output(c)
+            errors = [
+                o.get("ename", "") for o in c.get("outputs", []) if o.get("output_type") == "error"
+            ]
+            label = gid or f"{i + 1} (id {c.get('id', '?')})"
+            if any(e in TIMEOUT_MARKS for e in errors):
+                notes.append(f"cell {label} hit the per-cell timeout")
+            if any(m in output for m in MEMORY_MARKS):
+                notes.append(
+                    f"cell {label} ran out of memory (cap {spec['memory_bytes'] / sandbox.GiB:g} GiB)"
+                )
+            if gid in cells:
+                outputs[gid] = output
+    return scores, outputs, notes
+
+
+class VerifyTimeout(Exception):
+    """The clean re-check ran past the time left to the job."""
+
+
+@contextlib.contextmanager
+def alarm(seconds: float):
+    """Raise VerifyTimeout in this (main) thread after `seconds`."""
+
+    def ring(signum, frame):
+        raise VerifyTimeout()
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _kill_the_rest() -> None:
+    """In our own PID namespace (we are PID 1), SIGKILL every other process in it."""
+    if os.getpid() == 1:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------------
+# The job's steps.
+
+
+def autograde(course: Path, spec: dict, budget: float) -> tuple[int | str, str]:
+    """nbgrader autograde of the job's student: (exit code or "timeout", the log's tail)."""
+    log = course.parent / "autograde.log"
+    with open(log, "w+") as out:
+        code = nbgrader_app.autograde_in_job(
+            course,
+            spec["assignment"],
+            spec["student"],
+            spec.get("cell_timeout"),
+            out,
+            timeout=max(budget * 0.7, 10),
+        )
+        out.seek(0)
+        text = out.read()[-100_000:]
+    return code, text
+
+
+def failure_reason(code: int | str, log: str, error: Exception) -> str:
+    """Why nbgrader's results cannot be read: as precisely as its log allows."""
+    if any(word in log for word in DIED):
+        return "the kernel died (the notebook crashed Python: os._exit, a segfault, ...)"
+    lines = [ln for ln in log.splitlines() if "rror" in ln][-3:]
+    return (
+        f"nbgrader could not grade the notebook (exit {code}): {error}; " + " | ".join(lines)[-600:]
+    )
+
+
+def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags: list[str]):
+    """The clean re-check (`verify`): (verdicts or None, the reason points are withheld or
+    None). Adds to `notes` and `flags`."""
+    verdicts, withheld = None, None
+    try:
+        if not spec.get("verify", True):
+            raise RuntimeError("switched off for this run")
+        from .verify import verify
+
+        (course.parent / "verify").mkdir(exist_ok=True)
+        student, assignment = spec["student"], spec["assignment"]
+        submitted = course / "autograder" / "work" / "submitted" / student / assignment
+        with alarm(remaining):
+            checked = verify(
+                assignment,
+                submitted / spec["notebooks"][0],
+                course.parent / "verify",
+                course=course,
+                timeout=max(remaining - 10, 1.0),
+                memory=spec["memory_bytes"],
+                cell_timeout=spec.get("cell_timeout") or 240.0,
+            )
+        verdicts = checked.get("cells", {})
+        flags += [str(f) for f in checked.get("flags", []) if str(f) not in flags]
+    except VerifyTimeout:
+        # Student code can make the re-check hang (an endless loop only outside nbgrader):
+        # nbgrader's points are then not trusted.
+        withheld = (
+            f"the clean re-check timed out ({max(remaining, 0):.0f} s left of the "
+            f"{spec['wall_seconds']:g} s cap): nbgrader's points withheld"
+        )
+        notes.append(withheld)
+        flags.append(withheld)
+    except Exception as error:
+        flags.append(f"verification unavailable: {type(error).__name__}: {error}"[:300])
+    return verdicts, withheld
+
+
+def graded_record(spec, scores, outputs, notes, flags, verdicts, withheld) -> dict:
+    """nbgrader's scores, kept only where the clean re-check agrees."""
+    record = {
+        "student": spec["student"],
+        "assignment": spec["assignment"],
+        "status": "graded",
+        "reason": "; ".join(notes) or None,
+        "cells": {},
+        "flags": flags,
+    }
+    for gid, cell in spec["cells"].items():
+        score = min(max(scores.get(gid, 0.0), 0.0), cell["points"])
+        output = outputs.get(gid, "")
+        if withheld:
+            score, output = 0.0, f"{withheld}\n{output}"
+        elif verdicts is not None:
+            verdict = verdicts.get(gid, {"passed": False, "message": "not re-checked"})
+            if score > 0 and not verdict.get("passed"):
+                score = 0.0
+                flags.append(  # E2: the wording of verify.tampering_flags
+                    f"suspected tampering: {gid} passed in the notebook but not on a clean re-check"
+                )
+                output = f"clean re-check failed: {verdict.get('message', '')}\n{output}"
+        record["cells"][gid] = {
+            "score": score,
+            "passed": score == cell["points"],
+            "output": output[:OUTPUT_CHARS],
+        }
+    return record
+
+
+def ungradable_record(spec: dict, reason: str, flags: list[str]) -> dict:
+    return {
+        "student": spec["student"],
+        "assignment": spec["assignment"],
+        "status": "ungradable",
+        "reason": reason,
+        "cells": {gid: {"score": 0.0, "passed": False, "output": ""} for gid in spec["cells"]},
+        "flags": flags,
+    }
+
+
+def run_job(spec_path: str) -> None:
+    """Runs inside the sandbox: autograde, verify, read the private gradebook, report on fd."""
+    spec = json.loads(Path(spec_path).read_text())
+    fd = int(os.environ.pop("TRANSFORMER_LAB_RESULT_FD"))
+    os.set_inheritable(fd, False)  # nbgrader and the student's kernel never get the pipe
+    course = Path(spec["course"])
+    start = time.monotonic()
+    budget = spec["wall_seconds"] - 15  # the parent kills the job at wall_seconds
+    code, log = autograde(course, spec, budget)
+    _kill_the_rest()  # a student's background process must not touch the gradebook we read
+    flags: list[str] = []
+    reason = None
+    scores, outputs, notes = {}, {}, []
+    if code == "timeout":
+        reason = (
+            f"timeout: nbgrader autograde ran past the wall-clock cap ({spec['wall_seconds']:g} s)"
+        )
+    else:
+        try:
+            scores, outputs, notes = read_results(course, spec)
+        except Exception as error:  # nothing usable: say why, as precisely as the log allows
+            reason = failure_reason(code, log, error)
+    if reason is None:
+        remaining = budget - (time.monotonic() - start) - 5
+        verdicts, withheld = recheck(course, spec, remaining, notes, flags)
+        record = graded_record(spec, scores, outputs, notes, flags, verdicts, withheld)
+    else:
+        record = ungradable_record(spec, reason, flags)
+    _kill_the_rest()
+    os.write(fd, json.dumps(record).encode())
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--job":
+        run_job(sys.argv[2])
+    else:
+        raise SystemExit("usage: python -m transformer_lab.instructor.job --job SPEC.json")

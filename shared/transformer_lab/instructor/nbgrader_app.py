@@ -1,0 +1,280 @@
+"""Every call into nbgrader: its commands (run with the course's configuration) and its gradebook.
+
+nbgrader only finds its configuration in the current folder, so every nbgrader command runs with
+``<course>/autograder/`` as its working directory; the gradebook is
+``<course>/autograder/work/gradebook.db``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import nbformat
+
+from .course import assignments, require_lesson
+from .notebook_format import graded_cells, released_notebooks, repair
+
+
+def gradebook_path(course: Path) -> Path:
+    return Path(course) / "autograder" / "work" / "gradebook.db"
+
+
+def _gradebook(course: Path):
+    from nbgrader.api import Gradebook
+
+    return Gradebook(f"sqlite:///{gradebook_path(course)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# nbgrader's commands.
+
+
+def run_nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one nbgrader command with the course's configuration."""
+    env = dict(os.environ, TRANSFORMER_LAB_COURSE_ROOT=str(root), PYTHONHASHSEED="0")
+    # nbgrader runs `alembic` (its database migrations) from PATH: use this environment's.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    command = [sys.executable, "-m", "nbgrader", *args]
+    result = subprocess.run(
+        command, cwd=root / "autograder", env=env, capture_output=True, text=True
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(
+            f"`nbgrader {' '.join(args)}` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
+    return result
+
+
+def generate(root: Path, names: list[str] | None = None, quiet: bool = False) -> list[Path]:
+    """`nbgrader generate_assignment --force` for each lesson; output is byte-identical run to run."""
+    written = []
+    for name in names or assignments(root):
+        run_nbgrader(root, "generate_assignment", name, "--force")
+        for nb_path in sorted((root / "exercises" / name).glob("*.ipynb")):
+            normalise(nb_path)
+            written.append(nb_path)
+        if not quiet:
+            print(f"generated exercises/{name}")
+    return written
+
+
+def normalise(path: Path) -> None:
+    """Write with nbformat's canonical formatting (sorted keys, one trailing newline)."""
+    nb = nbformat.read(path, as_version=4)
+    path.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+
+
+def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: bool = True) -> Path:
+    """A course folder at `dest` holding only `lessons` (solutions, exercises and the autograder
+    configuration of `source`), for trial grading runs that must not touch the real gradebook;
+    with `generate_them` the lessons are generated, so its own gradebook knows them."""
+    dest = Path(dest)
+    for lesson in lessons:
+        for part in ("solutions", "exercises"):
+            shutil.copytree(Path(source) / part / lesson, dest / part / lesson)
+    (dest / "autograder").mkdir(parents=True)
+    for path in (Path(source) / "autograder").glob("*.py"):
+        shutil.copy(path, dest / "autograder" / path.name)
+    if generate_them:
+        generate(dest, list(lessons), quiet=True)
+    return dest
+
+
+def submit(root: Path, assignment: str, notebooks: list[Path], student: str = "student") -> Path:
+    """Place notebooks as `student`'s submission, restoring stripped nbgrader metadata."""
+    require_lesson(root, assignment)
+    missing = [str(p) for p in notebooks if not Path(p).is_file()]
+    if missing:
+        raise SystemExit(f"no such notebook: {', '.join(missing)}")
+    target = root / "autograder" / "work" / "submitted" / student / assignment
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for nb_path in notebooks:
+        dest = target / Path(nb_path).name
+        shutil.copyfile(nb_path, dest)
+        released = root / "exercises" / assignment / Path(nb_path).name
+        if released.is_file():
+            nb = nbformat.read(dest, as_version=4)
+            if repair(nb, nbformat.read(released, as_version=4)).changed:
+                nbformat.write(nb, dest)
+    return target
+
+
+def autograde(root: Path, assignment: str = "*", student: str = "*") -> None:
+    """Autograde every submission matching the assignment and student globs (one nbgrader run).
+
+    A lesson the gradebook does not know yet (a fresh checkout) is generated first, so that its
+    test cells and points are registered.
+    """
+    lessons = assignments(root)
+    if assignment != "*":
+        require_lesson(root, assignment)
+    wanted = lessons if assignment == "*" else [assignment]
+    unknown = [name for name in wanted if name not in gradebook_assignments(root)]
+    if unknown:
+        generate(root, unknown, quiet=True)
+    args = ["autograde", assignment, "--create", "--force"]
+    if student != "*":
+        args += ["--student", student]
+    run_nbgrader(root, *args)
+
+
+def generate_feedback(root: Path, assignment: str, student: str | None = None) -> list[Path]:
+    """`nbgrader generate_feedback` (the course's HideHiddenTests filter); returns the pages."""
+    args = ["generate_feedback", assignment, "--force"]
+    if student:
+        args += ["--student", student]
+    run_nbgrader(root, *args)
+    return sorted((root / "autograder" / "work" / "feedback").glob(f"*/{assignment}/*.html"))
+
+
+def release_assignment(root: Path, assignment: str, exchange: Path, course_id: str) -> None:
+    """`nbgrader release_assignment` into `<exchange>/<course_id>/outbound/<assignment>`."""
+    run_nbgrader(
+        root,
+        "release_assignment",
+        assignment,
+        "--force",
+        f"--Exchange.root={exchange}",
+        f"--CourseDirectory.course_id={course_id}",
+    )
+
+
+def prepare_gradebook(course: Path, assignment: str, base: Path, env: dict[str, str]) -> Path:
+    """A fresh gradebook under `base` with the assignment registered (`generate_assignment` on
+    a copy of the autograder configuration and the source notebook); returns its path."""
+    (base / "autograder").mkdir(parents=True)
+    for path in (course / "autograder").glob("*.py"):
+        shutil.copy(path, base / "autograder" / path.name)
+    source = course / "solutions" / assignment
+    if not source.is_dir():
+        raise SystemExit(f"no solutions/{assignment}/: grading needs the source notebook")
+    shutil.copytree(source, base / "solutions" / assignment)
+    (base / "exercises").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
+        cwd=base / "autograder",
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    db = gradebook_path(base)
+    if result.returncode != 0 or not db.is_file():
+        raise RuntimeError(f"could not prepare the gradebook:\n{result.stdout}\n{result.stderr}")
+    return db
+
+
+def autograde_in_job(
+    course: Path, assignment: str, student: str, cell_timeout: float | None, log, timeout: float
+):
+    """`nbgrader autograde` of one student inside a grading job (Unix sockets in the job's own
+    folder: no TCP ports, so no clashes between jobs). Returns the exit code, or "timeout"."""
+    args = [
+        "autograde",
+        assignment,
+        "--student",
+        student,
+        "--create",
+        "--force",
+        "--KernelManager.transport=ipc",
+        f"--KernelManager.ip={course.parent / 'k'}",
+    ]
+    if cell_timeout:
+        args.append(f"--Execute.timeout={int(cell_timeout)}")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "nbgrader", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+        return proc.returncode
+    except subprocess.TimeoutExpired:
+        return "timeout"
+
+
+# ----------------------------------------------------------------------------------------------
+# The gradebook.
+
+
+def gradebook_assignments(root: Path) -> set[str]:
+    """The assignments the course's gradebook knows (none when it does not exist yet)."""
+    if not gradebook_path(root).exists():
+        return set()
+    with _gradebook(root) as gb:
+        return {a.name for a in gb.assignments}
+
+
+def scores(root: Path, assignment: str, student: str) -> dict[str, tuple[float, float]]:
+    with _gradebook(root) as gb:
+        submission = gb.find_submission(assignment, student)
+        return {nb.name: (float(nb.score), float(nb.max_score)) for nb in submission.notebooks}
+
+
+def all_scores(root: Path) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """{(student, assignment, notebook): (score, max_score)} for every graded submission."""
+    result = {}
+    with _gradebook(root) as gb:
+        for assignment in gb.assignments:
+            for submission in assignment.submissions:
+                for nb in submission.notebooks:
+                    key = (submission.student.id, assignment.name, nb.name)
+                    result[key] = (float(nb.score), float(nb.max_score))
+    return result
+
+
+def cell_scores(course: Path, assignment: str, student: str, cells: dict) -> dict[str, float]:
+    """{grade_id: score} of one student's graded cells ({grade_id: {"notebook": ...}})."""
+    scores = {}
+    with _gradebook(course) as gb:
+        for gid, cell in cells.items():
+            row = gb.find_grade(gid, Path(cell["notebook"]).stem, assignment, student)
+            scores[gid] = float(row.score or 0.0)
+    return scores
+
+
+def merge_into_gradebook(course: Path, records: list[dict]) -> int:
+    """Write the records' cell scores into autograder/work/gradebook.db as auto scores, so
+    nbgrader's own tools (formgrader, `nbgrader export`) see them. Only ever called by the
+    parent process (one writer). An assignment the gradebook does not know yet is registered
+    first (`generate`, which rewrites exercises/ byte-identically).
+    Returns the number of submissions written."""
+    from nbgrader.api import MissingEntry
+
+    wanted = {r["assignment"] for r in records}
+    unknown = sorted(wanted - gradebook_assignments(Path(course)))
+    if unknown:  # register the assignment's cells and points (byte-identical regeneration)
+        generate(Path(course), unknown, quiet=True)
+    written = 0
+    with warnings.catch_warnings(), _gradebook(course) as gb:
+        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes from nbgrader's api
+        known = {a.name for a in gb.assignments}
+        for record in records:
+            assignment = record["assignment"]
+            if assignment not in known:
+                continue
+            cells = graded_cells(released_notebooks(Path(course), assignment))
+            gb.update_or_create_student(record["student"])
+            try:
+                gb.find_submission(assignment, record["student"])
+            except MissingEntry:
+                gb.add_submission(assignment, record["student"])
+            for gid, cell in record.get("cells", {}).items():
+                if gid not in cells:
+                    continue
+                try:
+                    row = gb.find_grade(
+                        gid, Path(cells[gid]["notebook"]).stem, assignment, record["student"]
+                    )
+                except MissingEntry:
+                    continue
+                row.auto_score = float(cell["score"])
+                row.manual_score = None
+            gb.db.commit()
+            written += 1
+    return written

@@ -1,0 +1,362 @@
+"""The re-check's child process: runs the student's cells like nbgrader, then answers the
+parent's describe/getattr/call/backward requests.
+
+    python -I -m transformer_lab.instructor.verify_child --child FD_IN FD_OUT CELLS.json
+
+While the student's code runs for a request, `verify_guard.Guard` switches the exercise's
+forbidden names off and watches for calls of them; such a call refuses the request.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from .verify_guard import NOTHING_FORBIDDEN, Guard, Trusted, capture
+from .verify_wire import (
+    BUILTIN_PROTOCOL,
+    GENERATOR_MARK,
+    MAX_LEAVES,
+    MAX_TEXT,
+    OBJECT_MARK,
+    TENSOR_MARK,
+    read_message,
+    write_message,
+)
+
+# ----------------------------------------------------------------------------------------------
+# Running the student's cells.
+
+
+class _IPython:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+
+
+def run_cells(spec: dict) -> tuple[dict, dict]:
+    """The student's cells, in order, like nbgrader (a cell's error is recorded and the next
+    runs), each under the per-cell time limit. Returns (the namespace, {index: error})."""
+    ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": lambda: _IPython()}
+    errors = {}
+
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"the cell ran longer than {spec.get('cell_timeout')} s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    for index, src in spec["cells"]:
+        try:
+            if spec.get("cell_timeout"):
+                signal.setitimer(signal.ITIMER_REAL, float(spec["cell_timeout"]))
+            exec(compile(src, f"<cell {index + 1}>", "exec"), ns)  # noqa: S102
+        except BaseException as err:  # noqa: BLE001
+            try:
+                errors[str(index)] = f"{type(err).__name__}: {err}"[:MAX_TEXT]
+            except BaseException:  # noqa: BLE001
+                errors[str(index)] = "an error"
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    with contextlib.suppress(Exception):
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+    return ns, errors
+
+
+# ----------------------------------------------------------------------------------------------
+# Answering the parent's requests.
+
+
+class Answers:
+    """The child's side of the requests: objects stay here (the parent holds handles), only
+    plain data and tensors go back."""
+
+    def __init__(self, ns: dict, trusted: Trusted, torch, forbid: Callable):
+        self.ns, self.trusted, self.torch, self.forbid = ns, trusted, torch, forbid
+        self.functional_call = torch.func.functional_call
+        self.instances: dict[int, object] = {}
+        self.registry: dict[int, object] = {}
+        self.pending: dict[int, tuple] = {}
+        self.counter = 0
+
+    def keep(self, obj) -> int:
+        self.counter += 1
+        self.instances[self.counter] = obj
+        return self.counter
+
+    def guard(self, exercise) -> Guard:
+        return Guard(self.trusted, self.forbid, exercise)
+
+    # -- data -----------------------------------------------------------------------------------
+    def plain(self, value, tensors, depth=0):
+        """A result -> a description of plain data; its tensors go to `tensors`."""
+        torch = self.torch
+        if depth > 20:
+            return {"other": "deeply nested value"}
+        if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                value = value.to_dense()
+            tensors.append(value)
+            return {"t": len(tensors) - 1}
+        if value is None or type(value) in (bool, int, float, str):
+            return {"v": value}
+        if value is ...:
+            return {"ellipsis": True}
+        if isinstance(value, bool):
+            return {"v": bool.__bool__(value)}
+        if isinstance(value, int):
+            return {"v": int.__index__(value)}
+        if isinstance(value, float):
+            return {"v": float.__float__(value)}
+        if isinstance(value, str):
+            return {"v": str.__str__(value)}
+        if isinstance(value, (tuple, list)):
+            items = [self.plain(v, tensors, depth + 1) for v in value]
+            return {"seq": "tuple" if isinstance(value, tuple) else "list", "items": items}
+        if isinstance(value, dict) and all(type(k) is str for k in value):
+            return {"dict": {k: self.plain(v, tensors, depth + 1) for k, v in value.items()}}
+        item = getattr(type(value), "item", None)  # numpy scalars
+        if item is not None and type(value).__module__ == "numpy":
+            with contextlib.suppress(Exception):
+                return self.plain(value.item(), tensors, depth + 1)
+        # any other object stays here; the parent gets a handle on it
+        return {"object": self.keep(value), "type": type(value).__name__[:100]}
+
+    def decode(self, obj, tensors, generators):
+        if type(obj) is tuple and len(obj) == 2 and obj[0] == OBJECT_MARK:
+            return self.instances[obj[1]]
+        if type(obj) is tuple and len(obj) == 2 and obj[0] == TENSOR_MARK:
+            return tensors[obj[1]]
+        if type(obj) is tuple and len(obj) == 2 and obj[0] == GENERATOR_MARK:
+            return generators[obj[1]]
+        if type(obj) in (list, tuple):
+            return type(obj)(self.decode(x, tensors, generators) for x in obj)
+        if type(obj) is dict:
+            return {k: self.decode(v, tensors, generators) for k, v in obj.items()}
+        return obj
+
+    def tensor_out(self, t):
+        t = t.as_subclass(self.torch.Tensor) if type(t) is not self.torch.Tensor else t
+        return t.detach().clone().contiguous()
+
+    def value_reply(self, value) -> dict:
+        found: list = []
+        value = self.plain(value, found)
+        return {"kind": "value", "value": value, "tensors": [self.tensor_out(t) for t in found]}
+
+    # -- requests -------------------------------------------------------------------------------
+    def handle(self, req: dict) -> dict:
+        op = req.get("op")
+        if op == "describe":
+            return self.describe(req["name"])
+        if op == "getattr":
+            value = getattr(self.instances[req["handle"]], req["attr"])
+            if callable(value) and not isinstance(value, self.torch.Tensor):
+                return {"kind": "function"}
+            return self.value_reply(value)
+        if op == "backward":
+            return self.backward(req)
+        if op != "call":
+            return {"error": f"unknown request {op!r}", "error_type": "RuntimeError"}
+        return self.call(req)
+
+    def describe(self, name: str) -> dict:
+        if name not in self.ns:
+            return {"kind": "missing"}
+        obj = self.ns[name]
+        if isinstance(obj, type(os)):
+            return {"kind": "module", "module": getattr(obj, "__name__", "?")}
+        if isinstance(obj, type):
+            return {"kind": "class"}
+        if callable(obj):
+            return {"kind": "function"}
+        return self.value_reply(obj)
+
+    def backward(self, req: dict) -> dict:
+        outs, leaves = self.pending.pop(req["token"], (None, None))
+        if outs is None:
+            return {"grads": []}
+        pairs = [
+            (o, g)
+            for o, g in zip(outs, req["grads"])
+            if g is not None and isinstance(o, self.torch.Tensor) and o.requires_grad
+        ]
+        grads = [None] * len(leaves)
+        alive = [i for i, leaf in enumerate(leaves) if leaf is not None]
+        if pairs and alive:
+            guard = self.guard(req.get("exercise"))
+            try:
+                with guard:
+                    got = self.torch.autograd.grad(
+                        [o for o, _ in pairs],
+                        [leaves[i] for i in alive],
+                        [g.to(o.dtype) for o, g in pairs],
+                        allow_unused=True,
+                    )
+            except BaseException:
+                if guard.refused:
+                    return {"refused": guard.refused}
+                raise
+            if guard.refused:
+                return {"refused": guard.refused}
+            for i, g in zip(alive, got):
+                grads[i] = None if g is None else self.tensor_out(g)
+        return {"grads": grads}
+
+    def run_guarded(self, guard, req, args, kwargs, tensors):
+        with guard:
+            if "method" in req:
+                obj, method = self.instances[req["handle"]], req["method"]
+                if method in BUILTIN_PROTOCOL:
+                    return BUILTIN_PROTOCOL[method](obj, *args, **kwargs)
+                return getattr(obj, method)(*args, **kwargs)
+            if "handle" in req:
+                module = self.instances[req["handle"]]
+                module.train(bool(req["training"]))
+                state = dict(zip(req["state_keys"], tensors[req["n_args"] :]))
+                return self.functional_call(module, state, tuple(args), kwargs)
+            if req.get("construct"):
+                with self.torch.random.fork_rng(devices=[]):
+                    return self.ns[req["name"]](*args, **kwargs)
+            return self.ns[req["name"]](*args, **kwargs)
+
+    def call(self, req: dict) -> dict:
+        torch, exercise = self.torch, req.get("exercise")
+        tensors = [
+            t.detach().requires_grad_(bool(w)) if t.is_floating_point() else t.detach()
+            for t, w in zip(req["tensors"], req["grad"])
+        ]
+        generators = []
+        for state in req["generators"]:
+            g = torch.Generator()
+            g.set_state(state)
+            generators.append(g)
+        args = self.decode(req["args"], tensors, generators)
+        kwargs = self.decode(req["kwargs"], tensors, generators)
+        for t, tid in zip(tensors, req["tids"]):
+            if tid is not None:
+                self.registry[tid] = t
+        while len(self.registry) > 2 * MAX_LEAVES:
+            self.registry.pop(min(self.registry))
+        leaves = [t for t, w in zip(tensors, req["grad"]) if w]
+        leaves += [self.registry.get(tid) for tid in req["extra_tids"]]
+        if req.get("construct"):
+            cls = self.ns[req["name"]]
+            reference = self.trusted.forbidden.get(exercise, NOTHING_FORBIDDEN).reference
+            if reference is not None and isinstance(cls, type) and issubclass(cls, reference):
+                dotted = f"{reference.__module__}.{reference.__qualname__}"
+                return {"refused": [f"subclassed the reference {dotted}"]}
+        guard = self.guard(exercise)
+        try:
+            result = self.run_guarded(guard, req, args, kwargs, tensors)
+        except BaseException:
+            if guard.refused:
+                return {"refused": guard.refused}
+            raise
+        if guard.refused:
+            return {"refused": guard.refused}
+        gen_states = [g.get_state() for g in generators]
+        if req.get("construct"):
+            return self.constructed(result, gen_states)
+        out_tensors: list = []
+        description = self.plain(result, out_tensors)
+        differentiable = [bool(t.requires_grad) for t in out_tensors]
+        token = None
+        if leaves and any(differentiable):
+            self.counter += 1
+            token = self.counter
+            self.pending[token] = (out_tensors, leaves)
+            while len(self.pending) > 64:
+                self.pending.pop(min(self.pending))
+        return {
+            "result": description,
+            "tensors": [self.tensor_out(t) for t in out_tensors],
+            "differentiable": differentiable,
+            "token": token,
+            "generators": gen_states,
+        }
+
+    def constructed(self, result, gen_states: list) -> dict:
+        """What the parent learns of an object the student's class made: a handle, and for a
+        module its state (so that the parent's stand-in mirrors the weights)."""
+        if not isinstance(result, self.torch.nn.Module):
+            reply = {"handle": self.keep(result), "module": False}
+            return {"construct": reply, "tensors": [], "generators": gen_states}
+        handle = self.keep(result)
+        canonical = {}
+        for key, value in list(result.named_parameters()) + list(result.named_buffers()):
+            canonical.setdefault(id(value), key)
+        params = {id(p) for p in result.parameters()}
+        state = []
+        for key, value in result.state_dict(keep_vars=True).items():
+            state.append(
+                [key, canonical.get(id(value), key), self.tensor_out(value), id(value) in params]
+            )
+        reply = {
+            "handle": handle,
+            "module": True,
+            "state": state,
+            "training": bool(result.training),
+        }
+        return {"result": {"v": None}, "construct": reply, "tensors": [], "generators": gen_states}
+
+
+# ----------------------------------------------------------------------------------------------
+# The process.
+
+
+def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
+    # Everything trusted is imported and captured before the first student line runs.
+    import resource  # noqa: F401
+    import traceback  # noqa: F401
+
+    import torch
+
+    from transformer_lab import check
+
+    torch.set_num_threads(1)
+    spec = json.loads(Path(cells_file).read_text())
+    trusted = capture(check)
+    save, bytes_io, write = torch.save, io.BytesIO, write_message
+    forbid = check.forbid
+
+    def send(obj):
+        buf = bytes_io()
+        save(obj, buf)
+        write(fd_out, buf.getvalue())
+
+    ns, errors = run_cells(spec)
+    send({"op": "ready", "cell_errors": errors})
+    answers = Answers(ns, trusted, torch, forbid)
+    while True:
+        try:
+            data = read_message(fd_in, None, limit=1 << 34)
+        except (EOFError, OSError):
+            return
+        req = torch.load(io.BytesIO(data), weights_only=False)  # from the trusted parent
+        try:
+            reply = answers.handle(req)
+        except BaseException as err:  # noqa: BLE001 - the student's code raised
+            try:
+                reply = {"error": f"{err}"[:MAX_TEXT], "error_type": type(err).__name__}
+            except BaseException:  # noqa: BLE001
+                reply = {"error": "an error", "error_type": "Error"}
+        try:
+            send(reply)
+        except Exception as err:  # noqa: BLE001 - e.g. a result that cannot be saved
+            send(
+                {
+                    "error": f"the result cannot be sent back: {err}"[:MAX_TEXT],
+                    "error_type": "TypeError",
+                }
+            )
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--child":
+    child_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -43,9 +43,26 @@ ACCELERATOR_FLOAT32 = (2e-4, 2e-3)
 class CheckFailed(AssertionError):
     """The student's code disagrees with the reference. The message says how."""
 
+    def __init__(
+        self, message=None, *, exercise=None, problem=None, case=None, mistake=None, cause=None
+    ):
+        if message is None:
+            message = f"{exercise}: {problem}" + (f"\n  case: {case}" if case else "")
+            message += f"\nLikely mistake: {mistake}" if mistake else ""
+        super().__init__(message)
+        self.exercise, self.problem, self.case = exercise, problem, case
+        self.mistake, self.cause = mistake, cause
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        from .feedback import render
+
+        return render(self)
+
 
 class ImplementThisYourself(RuntimeError):
     """Raised by a built-in or reference function that the graded exercise must not call."""
+
+    _render_traceback_ = CheckFailed._render_traceback_
 
 
 def grading_mode() -> bool:
@@ -377,10 +394,13 @@ def _settings(thorough: bool):
     return [(device, dtype) for device in devices for dtype in _dtypes_for(device)]
 
 
-def _fail(ex: Exercise, case: Case, dtype, device, problem: str, hint: str = "") -> None:
+def _fail(ex: Exercise, case: Case, dtype, device, problem: str, hint="", cause=None) -> None:
     raise CheckFailed(
-        f"{ex.name}: {problem}\n  case: {case.label} "
-        f"({str(dtype).replace('torch.', '')} on {device.type}){hint}"
+        exercise=ex.name,
+        problem=problem,
+        case=f"{case.label} ({str(dtype).replace('torch.', '')} on {device.type})",
+        mistake=hint.removeprefix("\nLikely mistake: ") or None,
+        cause=cause,
     ) from None
 
 
@@ -424,7 +444,8 @@ def _check_function(ex, student_fn, cases, names, thorough, grad_names=None) -> 
             except (ImplementThisYourself, NotImplementedError):
                 raise
             except Exception as err:
-                _fail(ex, case, dtype, device, f"your function raised {type(err).__name__}: {err}")
+                problem = f"your function raised {type(err).__name__}: {err}"
+                _fail(ex, case, dtype, device, problem, cause=err)
 
             def run_mistake(impl, base=base):
                 return impl(**_move(base, dtype, device, False))  # noqa: B023
@@ -504,6 +525,7 @@ def _check_module(ex, student_cls, cases, names, thorough) -> int:
                     dtype,
                     device,
                     f"constructing your module raised {type(err).__name__}: {err}",
+                    cause=err,
                 )
             if not isinstance(student, nn.Module):
                 _fail(ex, case, dtype, device, f"{ex.name} should be an nn.Module subclass")
@@ -519,7 +541,8 @@ def _check_module(ex, student_cls, cases, names, thorough) -> int:
             except (ImplementThisYourself, NotImplementedError):
                 raise
             except Exception as err:
-                _fail(ex, case, dtype, device, f"your forward raised {type(err).__name__}: {err}")
+                problem = f"your forward raised {type(err).__name__}: {err}"
+                _fail(ex, case, dtype, device, problem, cause=err)
 
             def run_mistake(impl, base=base, reference=reference):
                 wrong = impl(**case.init)  # noqa: B023

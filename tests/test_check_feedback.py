@@ -218,3 +218,35 @@ def test_a_kernel_records_the_failure_with_the_short_traceback(tmp_path, monkeyp
     text = feedback.strip_ansi("\n".join(error.traceback))
     assert_short_mistake(text)
     assert torch.__version__  # the kernel ran the same course install
+
+
+def test_the_feedback_filter_keeps_the_rendering_and_cuts_other_tracebacks():
+    """HideHiddenTests (autograder/feedback_filter.py) keeps a check's short rendering (it never
+    quotes a test cell) and still cuts every other traceback to its last line."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "autograder" / "feedback_filter.py"
+    spec = importlib.util.spec_from_file_location("_feedback_filter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    err = _failure(wrong_split_heads)
+    rendered = err._render_traceback_()
+    frames = ["Traceback (most recent call last)", "----> 2 check.split_heads(x, thorough=True)"]
+    cell = nbformat.v4.new_code_cell(
+        "check.split_heads(split_heads)\n### BEGIN HIDDEN TESTS\n"
+        "check.split_heads(split_heads, thorough=True)\n### END HIDDEN TESTS\n",
+        metadata={"nbgrader": {"grade": True, "solution": False, "points": 1}},
+        outputs=[
+            nbformat.v4.new_output(
+                "error", ename="CheckFailed", evalue=str(err), traceback=rendered
+            ),
+            nbformat.v4.new_output("error", ename="CheckFailed", evalue="x", traceback=frames),
+            nbformat.v4.new_output("error", ename="ValueError", evalue="y", traceback=rendered),
+        ],
+    )
+    module.HideHiddenTests().preprocess_cell(cell, {}, 0)
+    kept, cut, other = (o.traceback for o in cell.outputs)
+    assert kept == rendered
+    assert cut == ["CheckFailed: x"] and other == ["ValueError: y"]
+    assert "thorough=True" not in cell.source

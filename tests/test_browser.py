@@ -284,6 +284,10 @@ def test_a_quick_training_loop_shows_a_progress_widget(page, lab):
 WRONG = """def split_heads(x, n_heads):
     B, L, d_model = x.shape
     return x.reshape(B, n_heads, L, d_model // n_heads)"""
+CRASHING = """def split_heads(x, n_heads):
+    B, L, d_model = x.shape
+    heads = x.view(B, L, n_heads, d_model)  # my line
+    return heads.transpose(1, 2)"""
 RIGHT = """def split_heads(x, n_heads):
     B, L, d_model = x.shape
     return x.view(B, L, n_heads, d_model // n_heads).transpose(1, 2)"""
@@ -310,6 +314,20 @@ def test_exercise_03_wrong_then_right_split_heads(page, lab):
     assert "engine.py" not in text and "Traceback" not in text and "---->" not in text
     assert len(lines) <= 6, text
     _shot(page, "exercise03_failed_check", test)
+
+    _type_into(page, solution, CRASHING)
+    _run_cell(page, solution)
+    _run_cell(page, test)
+    error = test.locator(".jp-OutputArea-output", has_text="Your code raised")
+    error.wait_for()
+    text = error.inner_text()
+    assert "Your code raised RuntimeError: shape '[2, 3, 2, 8]' is invalid" in text, text
+    assert re.search(
+        r"Cell In\[\d+\], line 3, in split_heads\s+heads = x.view\(B, L, n_heads, d_model\)  # my line",
+        text,
+    ), text
+    assert "Case: x (2, 3, 8), n_heads=2" in text and "engine.py" not in text
+    _shot(page, "exercise03_crashing_code", test)
 
     _type_into(page, solution, RIGHT)
     _run_cell(page, solution)

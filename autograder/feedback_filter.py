@@ -4,7 +4,9 @@ nbgrader's feedback HTML is made from the autograded notebook, whose test cells 
 hidden tests and whose tracebacks quote their source lines. `HideHiddenTests` (registered in
 `nbgrader_config.py`) replaces each hidden block with a one-line note and shortens every
 traceback in a test cell to its final line: the error type and the check's own message, which
-says what differs without showing the hidden code.
+says what differs without showing the hidden code. A failed check's short rendering (what the
+student saw in the notebook: the named mistake, what differs, the case and their own failing
+line, see `transformer_lab.check.feedback`) is kept as it is: it never quotes a test cell.
 """
 
 import re
@@ -13,6 +15,19 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# The first line of transformer_lab.check.feedback.render (its HEADLINE_MARK), for these errors.
+RENDERED = {"CheckFailed", "ImplementThisYourself"}
+HEADLINE_MARK = "✗ "
+
+
+def _rendered(output) -> bool:
+    """True for a failed check's short rendering (no frames, no test-cell source)."""
+    lines = output.get("traceback") or []
+    return (
+        bool(lines)
+        and output.get("ename") in RENDERED
+        and ANSI.sub("", lines[0]).startswith(HEADLINE_MARK)
+    )
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -43,7 +58,7 @@ class HideHiddenTests(NbGraderPreprocessor):
         if self.begin in cell.source or is_test:
             cell.source = self._clear(cell.source)
             for output in cell.get("outputs", []):
-                if output.get("output_type") == "error":
+                if output.get("output_type") == "error" and not _rendered(output):
                     message = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
                     output["traceback"] = [ANSI.sub("", message)]
         return cell, resources

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,11 +45,15 @@ def _get(url: str, proc: subprocess.Popen, seen: list[str], wait_s: float = 60) 
             time.sleep(0.5)
 
 
-@pytest.mark.slow
-def test_make_lab_serves_the_course_map():
+NBGRADER_LAB = "@jupyter/nbgrader"  # create-assignment, formgrader, assignment-list, ...
+
+
+@contextlib.contextmanager
+def _lab(target: str):
+    """`make <target>` on a free port: yields (url printed, token, base url, log lines so far)."""
     port = _free_port()
     proc = subprocess.Popen(
-        ["make", "--no-print-directory", "lab", f"PORT={port}"],
+        ["make", "--no-print-directory", target, f"PORT={port}"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -65,16 +70,60 @@ def test_make_lab_serves_the_course_map():
             m = re.search(rf"(http://127\.0\.0\.1:{port}/\S*token=(\w+))", line)
             if m:
                 url, token = m.group(1), m.group(2)
-        assert url, "make lab printed no URL:\n" + "".join(seen[-20:])
-        assert "/lab/tree/lectures/00_start_here.ipynb" in url
-        page = _get(url, proc, seen)
-        assert b"JupyterLab" in page
-        api = f"http://127.0.0.1:{port}/api/contents/lectures/00_start_here.ipynb?token={token}"
-        model = json.loads(_get(api, proc, seen))
-        assert model["type"] == "notebook" and model["content"]["cells"]
+        assert url, f"make {target} printed no URL:\n" + "".join(seen[-20:])
+        yield proc, url, token, f"http://127.0.0.1:{port}", seen
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        seen += proc.stdout.readlines() if proc.stdout else []
+
+
+def _page_config(base: str, token: str, proc, seen) -> dict:
+    """JupyterLab's page config (what its front end loads), from the served /lab page."""
+    page = _get(f"{base}/lab?token={token}", proc, seen).decode()
+    m = re.search(
+        r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S
+    )
+    assert m, "no page config in /lab"
+    return json.loads(m.group(1))
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@pytest.mark.slow
+def test_make_lab_serves_the_course_map_without_instructor_tools():
+    with _lab("lab") as (proc, url, token, base, seen):
+        assert "/lab/tree/lectures/00_start_here.ipynb" in url
+        page = _get(url, proc, seen)
+        assert b"JupyterLab" in page
+        api = f"{base}/api/contents/lectures/00_start_here.ipynb?token={token}"
+        model = json.loads(_get(api, proc, seen))
+        assert model["type"] == "notebook" and model["content"]["cells"]
+        # nbgrader's front end is installed but disabled; its server extensions are off
+        config = _page_config(base, token, proc, seen)
+        assert NBGRADER_LAB in [e["name"] for e in config["federated_extensions"]]
+        assert NBGRADER_LAB in config["disabledExtensions"]
+        for route in ("formgrader", "assignments", "courses"):
+            assert _status(f"{base}/{route}?token={token}") == 404, route
+        assert not any("nbgrader" in line for line in seen), "".join(seen)
+    assert not any("No nbgrader_config.py" in line for line in seen), "".join(seen)
+
+
+@pytest.mark.slow
+def test_make_instructor_lab_has_nbgrader():
+    with _lab("instructor-lab") as (proc, _url, token, base, seen):
+        config = _page_config(base, token, proc, seen)
+        assert NBGRADER_LAB in [e["name"] for e in config["federated_extensions"]]
+        assert NBGRADER_LAB not in config["disabledExtensions"]
+        assert b"formgrader" in _get(f"{base}/formgrader?token={token}", proc, seen).lower()
+        assert any("formgrader | extension was successfully loaded" in line for line in seen)
+    assert not any("No nbgrader_config.py" in line for line in seen), "".join(seen)

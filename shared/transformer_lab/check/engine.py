@@ -78,6 +78,11 @@ class CheckFailed(AssertionError):
     def __str__(self) -> str:
         return self.message
 
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        from .feedback import render
+
+        return render(self)
+
 
 def available_devices() -> list[torch.device]:
     """The CPU plus every accelerator present (CUDA, MPS)."""

@@ -11,6 +11,11 @@ from collections.abc import Callable, Iterator
 class ImplementThisYourself(RuntimeError):
     """Raised by a built-in or reference function that the graded exercise must not call."""
 
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        from .feedback import render
+
+        return render(self)
+
 
 def resolve(dotted: str):
     """'torch.nn.functional.scaled_dot_product_attention' -> (owner object, attribute name)."""

@@ -1,0 +1,198 @@
+"""How a failed check looks in a notebook: a short message, not a traceback through the engine.
+
+IPython (and so ipykernel, JupyterLab, Colab and nbgrader's kernels) asks an exception for
+``_render_traceback_()`` before formatting a traceback itself; ``CheckFailed`` and
+``ImplementThisYourself`` answer with :func:`render`. The kernel still sends an ``error`` output
+(``ename`` ``CheckFailed``, ``evalue`` the unchanged ``str(err)``), so nbgrader records the cell as
+failed; only the lines shown change:
+
+    ✗ scaled_dot_product_attention: check failed
+    Likely mistake: <the catalogued mistake, when one matches>
+    What differs: <shape, dtype, device or values, and by how much>
+    Case: <the inputs that showed it>
+
+When the student's own code raised, the message shows their frames (notebook cell and line, or
+their file), never the frames of the check machinery or of torch, then the case that triggered
+it. Outside IPython nothing here is used; ``str(err)`` is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+import traceback
+from pathlib import Path
+
+ANSI_RED = "\x1b[1;31m"
+ANSI_BLUE = "\x1b[1;34m"
+ANSI_GREEN = "\x1b[32m"
+ANSI_BOLD = "\x1b[1m"
+ANSI_RESET = "\x1b[0m"
+MISTAKE = "Likely mistake: "
+HEADLINE_MARK = "✗ "
+MAX_FRAMES = 4
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # transformer_lab/
+_NAMED = re.compile(r"(?P<name>[A-Za-z_]\w*): (?P<rest>.*)", re.S)
+
+
+def _hidden_dirs() -> tuple[str, ...]:
+    """Folders whose frames a student never needs to see: this package, torch, the stdlib."""
+    dirs = [str(_PACKAGE)]
+    try:
+        import torch
+
+        dirs.append(str(Path(torch.__file__).resolve().parent))
+    except ImportError:  # pragma: no cover - the course always has torch
+        pass
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.append(str(Path(path).resolve()))
+    return tuple(d + "/" for d in dirs)
+
+
+def _is_hidden(filename: str) -> bool:
+    try:
+        resolved = str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return False
+    return resolved.startswith(_hidden_dirs())
+
+
+def _in_package(filename: str) -> bool:
+    try:
+        return str(Path(filename).resolve()).startswith(str(_PACKAGE) + "/")
+    except (OSError, ValueError):
+        return False
+
+
+def student_frames(tb) -> list[traceback.FrameSummary]:
+    """The frames of a traceback that are the student's code.
+
+    Frames before the first frame of this package are the cell that called the check (a test
+    cell, whose hidden part must not be shown) and are skipped; after it, frames in this package,
+    torch and the standard library are dropped. What is left is the student's own code: their
+    notebook cells and files.
+    """
+    frames = traceback.extract_tb(tb)
+    inside = False
+    kept = []
+    for frame in frames:
+        if _in_package(frame.filename):
+            inside = True
+            continue
+        if inside and not _is_hidden(frame.filename):
+            kept.append(frame)
+    return kept[-MAX_FRAMES:]
+
+
+def _where(frame: traceback.FrameSummary) -> str:
+    """'Cell In[5], line 3, in split_heads' for a notebook cell, else a short path."""
+    label = None
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            named = shell.compile.format_code_name(frame.filename)
+            if named:
+                label = f"{named[0]} {named[1]}"
+    except Exception:  # no IPython, or an IPython without format_code_name
+        label = None
+    if label is None:
+        path = Path(frame.filename)
+        label = path.name if path.is_absolute() else frame.filename
+    where = f"{label}, line {frame.lineno}"
+    if frame.name and frame.name != "<module>":
+        where += f", in {frame.name}"
+    return where
+
+
+def _frame_lines(frames: list[traceback.FrameSummary]) -> list[str]:
+    lines = []
+    for frame in frames:
+        lines.append(f"  {ANSI_GREEN}{_where(frame)}{ANSI_RESET}")
+        if frame.line:
+            lines.append(f"      {frame.line.strip()}")
+    return lines
+
+
+def cause_of(err: BaseException) -> BaseException | None:
+    """The student's own exception behind a failed check, if their code raised."""
+    cause = getattr(err, "cause", None)
+    if cause is None:
+        cause = err.__cause__
+    if cause is None and err.__context__ is not None:
+        # checks that predate `cause=` raise `from None`; the context is still kept
+        context = err.__context__
+        if student_frames(context.__traceback__):
+            cause = context
+    return cause
+
+
+def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]:
+    """(exercise, problem, case, mistake) from the attributes, else parsed from the message."""
+    exercise = getattr(err, "exercise", None)
+    problem = getattr(err, "problem", None)
+    case = getattr(err, "case", None)
+    mistake = getattr(err, "mistake", None)
+    if problem is not None:
+        return exercise, str(problem), case, mistake
+    text = str(err)
+    if MISTAKE in text:
+        text, mistake = text.split(MISTAKE, 1)
+        text, mistake = text.rstrip("\n"), mistake.strip()
+    match = re.search(r"\n\s*case: (.*)$", text, re.S)
+    if match:
+        case, text = match.group(1).strip(), text[: match.start()]
+    named = _NAMED.fullmatch(text)
+    if named and exercise is None:
+        exercise, text = named.group("name"), named.group("rest")
+    return exercise, text.strip(), case, mistake
+
+
+def render(err: BaseException) -> list[str]:
+    """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
+    from .engine import ImplementThisYourself
+
+    if isinstance(err, ImplementThisYourself):
+        text = str(err).removeprefix("implement this yourself: ")
+        lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", text]
+        frames = student_frames(err.__traceback__)
+        if frames:
+            lines.append(f"{ANSI_BOLD}Called from your code:{ANSI_RESET}")
+            lines += _frame_lines(frames)
+        return lines
+
+    exercise, problem, case, mistake = _parts(err)
+    title = f"{exercise}: check failed" if exercise else "check failed"
+    lines = [f"{ANSI_RED}{HEADLINE_MARK}{title}{ANSI_RESET}"]
+    if mistake:
+        lines.append(f"{ANSI_BLUE}{MISTAKE}{mistake}{ANSI_RESET}")
+    cause = cause_of(err)
+    if cause is not None:
+        lines.append(f"{ANSI_BOLD}Your code raised{ANSI_RESET} {type(cause).__name__}: {cause}")
+        lines += _frame_lines(student_frames(cause.__traceback__))
+        if not problem.startswith("your "):  # "your function raised ..." repeats the above
+            lines.append(f"{ANSI_BOLD}What happened:{ANSI_RESET} {problem}")
+    else:
+        lines.append(f"{ANSI_BOLD}What differs:{ANSI_RESET} {problem}")
+    if case:
+        lines.append(f"{ANSI_BOLD}Case:{ANSI_RESET} {case}")
+    return lines
+
+
+def render_text(err: BaseException) -> str:
+    """:func:`render` as plain text (no colours), e.g. for tests and feedback pages."""
+    return strip_ansi("\n".join(render(err)))
+
+
+def strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+
+
+def is_rendered(traceback_lines: list[str]) -> bool:
+    """True when an error output's traceback was made by :func:`render` (and so holds no test
+    cell source): its first line is the check's headline."""
+    return bool(traceback_lines) and strip_ansi(traceback_lines[0]).startswith(HEADLINE_MARK)

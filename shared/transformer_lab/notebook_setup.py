@@ -57,38 +57,60 @@ def _colab_setup(course, use_drive):
     import sys
     import tempfile
 
+    from pip._vendor.packaging.requirements import Requirement
     from pip._vendor.packaging.version import InvalidVersion, Version
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    def canonical(name):
+        return re.sub(r"[-_.]+", "-", name or "").lower()
+
+    def pip(*args):
+        command = [sys.executable, "-m", "pip", "install", "-q", *args]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"pip install {' '.join(args)} failed:\\n{result.stderr}")
 
     source = os.environ.get("TRANSFORMER_LAB_INSTALL_SOURCE") or course
     done = []
-    try:
-        installed = metadata.version("transformer-lab")
-    except metadata.PackageNotFoundError:
-        installed = None
-    if installed != "@VERSION@" or "TRANSFORMER_LAB_INSTALL_SOURCE" in os.environ:
-        # pin every installed package at its version: pip may only add what is missing
-        pins = {}
-        for dist in metadata.distributions():
-            name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
-            try:
-                Version(dist.version)
-            except (InvalidVersion, TypeError):
-                continue
-            if name and name != "transformer-lab":
-                pins.setdefault(name, f"{name}=={dist.version}")
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
-            constraints.write("\\n".join(pins.values()) + "\\n")
-        pip = [sys.executable, "-m", "pip", "install", "-q", "-c", constraints.name, source]
-        result = subprocess.run(pip, capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f"installing {source} failed:\\n{result.stdout}{result.stderr}")
-        importlib.invalidate_caches()  # the new package is importable without a restart
+    if version("transformer-lab") != "@VERSION@" or "TRANSFORMER_LAB_INSTALL_SOURCE" in os.environ:
+        pip("--no-deps", "--force-reinstall", source)  # the course alone: nothing else changes
+        importlib.invalidate_caches()  # importable now, without a restart
         for folder in [*site.getsitepackages(), site.getusersitepackages()]:
             if os.path.isdir(folder) and folder not in sys.path:
                 site.addsitedir(folder)
-        done.append(f"installed {source}")
+        needed = []  # the course's requirements that this runtime lacks (Colab has them all)
+        for line in metadata.requires("transformer-lab") or []:
+            req = Requirement(line)
+            have = version(req.name)
+            if req.marker and not req.marker.evaluate({"extra": ""}):
+                continue
+            if have is None or not req.specifier.contains(have, prereleases=True):
+                if req.name == "torch":
+                    raise RuntimeError(f"the course needs {req}, this runtime has torch {have}")
+                needed.append(str(req))
+        if needed:  # pip may only add them: everything else stays at its installed version
+            adding = {canonical(Requirement(r).name) for r in needed}
+            pins = {}
+            for dist in metadata.distributions():
+                name = canonical(dist.metadata["Name"])
+                try:
+                    Version(dist.version)
+                except (InvalidVersion, TypeError):
+                    continue
+                if name and name not in adding:
+                    pins.setdefault(name, f"{name}=={dist.version}")
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
+                constraints.write("\\n".join(pins.values()) + "\\n")
+            pip("-c", constraints.name, *needed)
+            importlib.invalidate_caches()
+        done.append(f"installed {source}" + (f" and {', '.join(needed)}" if needed else ""))
     else:
-        done.append(f"transformer-lab {installed} already installed")
+        done.append(f"transformer-lab {version('transformer-lab')} already installed")
     done.append(f"torch {metadata.version('torch')} kept")
     if use_drive:
         from google.colab import drive

@@ -68,7 +68,9 @@ format: $(STAMP)
 	$(PY) -m ruff format shared tests benchmarks autograder
 	$(PY) -m ruff check --fix .
 
+# Colab badges, links and setup cells first (from pyproject's [project.urls]), then nbgrader.
 exercises: $(STAMP)
+	$(PY) -m transformer_lab.notebook_setup
 	$(PY) -m transformer_lab.cli generate
 
 benchmark: $(STAMP)

@@ -1,0 +1,271 @@
+"""Colab support written into the notebooks: badges, links and the setup cell (a build tool).
+
+    python -m transformer_lab.notebook_setup [--check] [ROOT]
+
+rewrites every lecture (``lectures/*.ipynb``), every solution notebook (``solutions/*/*.ipynb``)
+and the README's course map from the one repository address in pyproject.toml
+(``[project.urls] Repository``, branch ``[tool.transformer-lab] branch``):
+
+- an "Open in Colab" badge under the title of the first markdown cell (a solution notebook's
+  badge opens its exercise, which is what students open);
+- after every relative link to a notebook, a link that opens the same notebook in Colab
+  (relative links do not resolve there);
+- the first code cell: the Colab setup cell (id ``colab-setup``, identical in every notebook, a
+  plain cell that nbgrader copies unchanged into exercises/). Outside Colab it does nothing.
+
+Run ``make exercises`` afterwards (it runs this first). Nothing here is needed at run time.
+With ``--check`` nothing is written; the exit status says whether everything is up to date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+SETUP_ID = "colab-setup"
+COLAB = "https://colab.research.google.com/github"
+BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
+# the badge line under a notebook's title, and the Colab link after a relative notebook link
+_BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\n", re.M)
+_NB_LINK = re.compile(
+    r"(?P<link>\[(?P<text>[^\]]*)\]\((?P<target>(?![a-z][a-z0-9+.-]*:)[^)\s#]+\.ipynb)(?:#[^)\s]*)?\))"
+    r"(?P<colab> \(\[Colab\]\([^)]*\)\)| \[!\[Open In Colab\]\([^)]*\)\]\([^)]*\))?"
+)
+
+SETUP_TEMPLATE = """\
+# @title Colab setup: run this cell first { display-mode: "form" }
+# In Google Colab this cell installs the course (torch and Colab's other packages stay as they
+# are) and keeps your passing code on your Google Drive, where later notebooks find it.
+# Anywhere else (`make lab`, your own Jupyter) it does nothing. USE_DRIVE = False: no Drive, and
+# your passing code lasts only as long as this runtime.
+USE_DRIVE = True  # @param {type:"boolean"}
+COURSE = "transformer-lab @ @ARCHIVE@"
+
+
+def _colab_setup(course, use_drive):
+    import importlib
+    import importlib.metadata as metadata
+    import os
+    import re
+    import site
+    import subprocess
+    import sys
+    import tempfile
+
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.version import InvalidVersion, Version
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    def canonical(name):
+        return re.sub(r"[-_.]+", "-", name or "").lower()
+
+    def pip(*args):
+        command = [sys.executable, "-m", "pip", "install", "-q", *args]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode:
+            raise RuntimeError(f"pip install {' '.join(args)} failed:\\n{result.stderr}")
+
+    source = os.environ.get("TRANSFORMER_LAB_INSTALL_SOURCE") or course
+    done = []
+    if version("transformer-lab") != "@VERSION@" or "TRANSFORMER_LAB_INSTALL_SOURCE" in os.environ:
+        pip("--no-deps", "--force-reinstall", source)  # the course alone: nothing else changes
+        importlib.invalidate_caches()  # importable now, without a restart
+        for folder in [*site.getsitepackages(), site.getusersitepackages()]:
+            if os.path.isdir(folder) and folder not in sys.path:
+                site.addsitedir(folder)
+        needed = []  # the course's requirements that this runtime lacks (Colab has them all)
+        for line in metadata.requires("transformer-lab") or []:
+            req = Requirement(line)
+            have = version(req.name)
+            if req.marker and not req.marker.evaluate({"extra": ""}):
+                continue
+            if have is None or not req.specifier.contains(have, prereleases=True):
+                if req.name == "torch":
+                    raise RuntimeError(f"the course needs {req}, this runtime has torch {have}")
+                needed.append(str(req))
+        if needed:  # pip may only add them: everything else stays at its installed version
+            adding = {canonical(Requirement(r).name) for r in needed}
+            pins = {}
+            for dist in metadata.distributions():
+                name = canonical(dist.metadata["Name"])
+                try:
+                    Version(dist.version)
+                except (InvalidVersion, TypeError):
+                    continue
+                if name and name not in adding:
+                    pins.setdefault(name, f"{name}=={dist.version}")
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
+                constraints.write("\\n".join(pins.values()) + "\\n")
+            pip("-c", constraints.name, *needed)
+            importlib.invalidate_caches()
+        done.append(f"installed {source}" + (f" and {', '.join(needed)}" if needed else ""))
+    else:
+        done.append(f"transformer-lab {version('transformer-lab')} already installed")
+    done.append(f"torch {metadata.version('torch')} kept")
+    if use_drive:
+        from google.colab import drive
+
+        mount = os.environ.get("TRANSFORMER_LAB_DRIVE", "/content/drive")
+        drive.mount(mount)
+        folder = os.path.join(mount, "MyDrive", "transformer_lab")
+        os.environ["TRANSFORMER_LAB_STUDENT_DIR"] = folder
+        done.append(f"your passing code is kept on Google Drive in {folder}")
+    else:
+        done.append("Drive off: your passing code is kept only while this runtime lasts")
+    return "Colab setup: " + "; ".join(done)
+
+
+try:
+    import google.colab  # only Colab has it
+except ImportError:
+    pass
+else:
+    print(_colab_setup(COURSE, USE_DRIVE))
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# The one address
+
+
+def project(root: Path) -> dict:
+    """pyproject.toml's [project] and [tool.transformer-lab] tables, merged as needed here."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    urls = data["project"].get("urls", {})
+    if "Repository" not in urls:
+        raise SystemExit("pyproject.toml: [project.urls] has no Repository address")
+    repo = urls["Repository"].rstrip("/")
+    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", repo):
+        raise SystemExit(
+            f"pyproject.toml: Repository {repo!r} is not https://github.com/OWNER/NAME"
+        )
+    branch = data.get("tool", {}).get("transformer-lab", {}).get("branch", "main")
+    return {"repository": repo, "branch": branch, "version": data["project"]["version"]}
+
+
+def colab_url(info: dict, path: str) -> str:
+    """The Colab address of the notebook at `path` (relative to the repository root)."""
+    github = info["repository"].removeprefix("https://github.com/")
+    return f"{COLAB}/{github}/blob/{info['branch']}/{path}"
+
+
+def badge(info: dict, path: str) -> str:
+    return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(info, path)})"
+
+
+def setup_source(info: dict) -> str:
+    """The text of the setup cell: installs the course at this version from the repository."""
+    archive = f"{info['repository']}/archive/refs/tags/v{info['version']}.zip"
+    text = SETUP_TEMPLATE.replace("@ARCHIVE@", archive).replace("@VERSION@", info["version"])
+    return text.rstrip("\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# Rewriting
+
+
+def published_path(root: Path, path: Path) -> str:
+    """Where students open a notebook: a solution's exercise, otherwise the notebook itself."""
+    rel = path.resolve().relative_to(root.resolve()).as_posix()
+    if rel.startswith("solutions/"):
+        rel = "exercises/" + rel.removeprefix("solutions/")
+    return rel
+
+
+def add_colab_links(text: str, info: dict, base: str, badges: bool = False) -> str:
+    """After each relative link to a notebook, a link to it in Colab (replacing an old one);
+    `base` is the folder (relative to the root) the links are relative to."""
+
+    def replace(match: re.Match) -> str:
+        target = posixpath.normpath(posixpath.join(base, match["target"]))
+        if target.startswith("solutions/"):  # students open the exercise
+            target = "exercises/" + target.removeprefix("solutions/")
+        if target.startswith("../"):
+            return match["link"]
+        url = colab_url(info, target)
+        colab = f" [![Open In Colab]({BADGE_IMAGE})]({url})" if badges else f" ([Colab]({url}))"
+        return match["link"] + colab
+
+    return _NB_LINK.sub(replace, text)
+
+
+def rewrite_notebook(nb, info: dict, rel: str):
+    """The notebook with its badge, Colab links and setup cell brought up to date (in place)."""
+    base = posixpath.dirname(rel)
+    markdown = [c for c in nb.cells if c.cell_type == "markdown"]
+    if not markdown or nb.cells[0].cell_type != "markdown":
+        raise ValueError(f"{rel}: the first cell must be markdown (the title)")
+    for cell in markdown:
+        cell.source = add_colab_links(_BADGE_LINE.sub("", cell.source), info, base)
+    first = nb.cells[0]
+    title, _, rest = first.source.partition("\n")
+    first.source = "\n\n".join(filter(None, [title, badge(info, rel), rest.strip("\n")]))
+    nb.cells = [c for c in nb.cells if c.get("id") != SETUP_ID]
+    cell = nbformat.v4.new_code_cell(setup_source(info))
+    cell["id"] = SETUP_ID
+    cell.metadata["cellView"] = "form"  # Colab shows the title and the Drive checkbox, not the code
+    position = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(position, cell)
+    return nb
+
+
+def notebooks(root: Path) -> list[Path]:
+    return sorted(root.glob("lectures/*.ipynb")) + sorted(root.glob("solutions/*/*.ipynb"))
+
+
+def expected_text(root: Path, path: Path, info: dict | None = None) -> str:
+    info = info or project(root)
+    nb = nbformat.read(path, as_version=4)
+    rewrite_notebook(nb, info, published_path(root, path))
+    return nbformat.writes(nb) + "\n"
+
+
+def expected_readme(root: Path, info: dict | None = None) -> str:
+    info = info or project(root)
+    text = (root / "README.md").read_text(encoding="utf-8")
+    return add_colab_links(text, info, "", badges=True)
+
+
+def run(root: Path, check: bool = False) -> list[str]:
+    """Rewrite (or with `check`, only compare) every notebook and the README; the stale ones."""
+    info = project(root)
+    stale = []
+    targets = [(p, lambda p=p: expected_text(root, p, info)) for p in notebooks(root)]
+    targets.append((root / "README.md", lambda: expected_readme(root, info)))
+    for path, expected in targets:
+        text = expected()
+        if path.read_text(encoding="utf-8") != text:
+            stale.append(path.relative_to(root).as_posix())
+            if not check:
+                path.write_text(text, encoding="utf-8")
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("root", nargs="?", type=Path, default=Path.cwd())
+    parser.add_argument("--check", action="store_true", help="only report stale files")
+    args = parser.parse_args(argv)
+    stale = run(args.root, check=args.check)
+    for rel in stale:
+        print(("stale: " if args.check else "updated: ") + rel)
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

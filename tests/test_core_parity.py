@@ -8,6 +8,7 @@ shows that the check would catch that mistake.
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 
@@ -585,10 +586,11 @@ def test_mutant_encoder_block_norm_swapped_is_caught(norm_first):
         )
 
 
-def test_mutant_encoder_block_layernorm_unbiased_is_caught(monkeypatch):
-    monkeypatch.setattr(add_norm_mod, "LayerNorm", LayerNormUnbiased)
+def test_mutant_encoder_block_layernorm_unbiased_is_caught():
+    """The block's LayerNorm is the one passed in (`norm=`): a wrong one fails the parity."""
+    block = functools.partial(EncoderBlock, norm=LayerNormUnbiased)
     with pytest.raises(AssertionError):
-        check_encoder_block(add_norm_mod.EncoderBlock, **CPU64, norm_first=False, mask_kind="none")
+        check_encoder_block(block, **CPU64, norm_first=False, mask_kind="none")
 
 
 # ----------------------------------------------------------------------------- decoder block
@@ -821,9 +823,11 @@ def test_layernorm_fused_path_equals_explicit(dtype, eps):
         ln.weight.copy_(torch.randn(12, generator=g))
         ln.bias.copy_(torch.randn(12, generator=g))
     x = torch.randn(3, 5, 12, generator=g, dtype=dtype) * 4 + 1
+    assert not ln.explicit  # the one default: the fused kernel
+    fused = ln(x)
+    ln.explicit = True  # the formula as written in lesson 05
     explicit = ln(x)
-    ln.explicit = False
-    torch.testing.assert_close(ln(x), explicit)
+    torch.testing.assert_close(fused, explicit)
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""The model families run on the student's own parts (student.use / student.your_parts).
+"""The model families run on the student's own parts (student.parts / student.use).
 
 A student's MultiHeadAttention, LayerNorm, FeedForward, EncoderBlock and DecoderBlock that passed
-their checks are saved into their package; `student.use("GPT")` (likewise Transformer, BERT,
-BART, ViT) then builds the reference model from them. The proof that the student's code really
+their checks are saved into their package; `student.parts()` gives them as the `Parts` a model is
+built from, `GPT(..., parts=student.parts())` (likewise Transformer, BERT, BART, ViT), and
+`student.use("GPT")` is GPT with those parts as its default. The proof that the student's code really
 runs: with copied Hugging Face weights their model reproduces Hugging Face's logits, and the same
 model with one saved part broken does not.
 """
@@ -16,7 +17,7 @@ from torch import nn
 
 import transformer_lab
 from transformer_lab import bart, bert, check, student
-from transformer_lab.encoder_decoder import Transformer
+from transformer_lab.encoder_decoder import Parts, Transformer
 from transformer_lab.gpt import GPT
 from transformer_lab.vit import ViT
 
@@ -267,8 +268,7 @@ def test_bert_and_bart_parity_on_the_students_parts(capsys):
     )
     torch.manual_seed(0)
     hf = _randomise(transformers.BertModel(config))
-    with student.your_parts():
-        mine = bert.from_hf(hf)
+    mine = bert.from_hf(hf, parts=student.parts())
     assert "transformer_lab_student.multihead" in {type(m).__module__ for m in mine.modules()}
     ids = torch.randint(0, 30, (2, 11), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -293,8 +293,7 @@ def test_bert_and_bart_parity_on_the_students_parts(capsys):
     )
     torch.manual_seed(0)
     hf = _randomise(transformers.BartForConditionalGeneration(config))
-    with student.your_parts():
-        mine = bart.from_hf(hf)
+    mine = bart.from_hf(hf, parts=student.parts())
     kinds = {type(m).__module__ for m in mine.modules()}
     assert "transformer_lab_student.multihead" in kinds
     src = torch.randint(3, 30, (2, 9), generator=torch.Generator().manual_seed(3))
@@ -338,8 +337,7 @@ def test_grading_mode_builds_nothing_from_the_students_parts(capsys, monkeypatch
     _pass_parts(capsys)
     monkeypatch.setenv("TRANSFORMER_LAB_GRADING", "1")
     assert student.use("GPT") is GPT
-    with student.your_parts() as parts:
-        assert parts.parts == {}
+    assert student.parts() == Parts()
 
 
 def test_a_part_without_dropout_is_used_without_it(capsys):
@@ -369,3 +367,20 @@ def test_a_used_part_takes_the_reference_options_lectures_pass(capsys):
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(weights, ref_weights)
     assert torch.equal(mine(x), Mine.__mro__[1].forward(mine, x))  # the student's own forward
+
+
+def test_parts_passed_in_as_the_lectures_write_it(capsys):
+    """`GPT(..., parts=student.parts())`: the student's classes are in the model, the model says
+    so, and without passed parts `student.parts()` is the reference."""
+    assert student.parts() == Parts()
+    _pass_parts(capsys)
+    parts = student.parts()
+    assert parts != Parts()
+    model = GPT(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=1, parts=parts)
+    out = capsys.readouterr().out
+    assert "GPT: built from YOUR MultiHeadAttention, LayerNorm (the reference for the rest)" in out
+    assert type(model.blocks[0].self_attn).__module__ == "transformer_lab_student.multihead"
+    assert type(model.ln_f).__module__ == "transformer_lab_student.add_norm"
+    quiet = GPT(20, 8, 16, 2, 1, parts=student.parts(quiet=True))
+    assert type(quiet.ln_f).__module__ == "transformer_lab_student.add_norm"
+    assert "built from" not in capsys.readouterr().out

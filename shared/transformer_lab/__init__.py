@@ -6,7 +6,7 @@ plus data (offline datasets), train (training loop), viz (plots) and check (the 
 """
 
 from . import data, train, viz
-from .add_norm import EncoderBlock, FeedForward, LayerNorm
+from .add_norm import EncoderBlock, FeedForward, LayerNorm, set_explicit
 from .attention import SelfAttention, fused_attention, scaled_dot_product_attention
 from .bart import (
     BART,
@@ -27,8 +27,8 @@ from .bert import (
     load_minilm,
     sentence_embedding,
 )
-from .encoder_decoder import DecoderBlock, Transformer, beam_search, greedy_decode
-from .gpt import GPT, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
+from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
+from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
 from .multihead import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .positional import (
@@ -48,6 +48,7 @@ __all__ = [
     "BertClassifier",
     "BertForPreTraining",
     "GPT",
+    "GPTBlock",
     "GPTClassifier",
     "ViT",
     "WordPieceTokenizer",
@@ -79,6 +80,7 @@ __all__ = [
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "Parts",
     "SelfAttention",
     "SinusoidalPositionalEncoding",
     "Transformer",
@@ -91,6 +93,7 @@ __all__ = [
     "padding_mask",
     "rotary_embedding",
     "scaled_dot_product_attention",
+    "set_explicit",
     "sequential_steps",
     "sinusoidal_positional_encoding",
     "split_heads",

@@ -30,11 +30,12 @@ ACTIVATIONS = {
 class LayerNorm(nn.Module):
     """Same parameters (`weight` γ, `bias` β) and `state_dict` as nn.LayerNorm(d_model, eps).
 
-    The forward pass below is the formula; set `explicit = False` on an instance (or the class) to
-    let PyTorch's fused kernel compute the same thing faster (the tests prove both equal).
+    The forward pass below is the formula. Like MultiHeadAttention, it has one switch, `explicit`:
+    False (the default) lets PyTorch's fused kernel compute the same thing faster; True on an
+    instance (or see `set_explicit`) runs the formula as written (the tests prove both equal).
     """
 
-    explicit = True
+    explicit = False  # True: the written-out formula below instead of the fused kernel
 
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
@@ -45,7 +46,9 @@ class LayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require_min_ndim("x", x, 1, "(..., d_model)")
         require_last_dim("x", x, self.d_model, "d_model of this LayerNorm")
-        if not self.explicit:
+        if not self.explicit and self.d_model > 1:  # the same numbers from one fused kernel
+            # (at d_model = 1 every x equals its mean: the formula's gradient is exactly 0, the
+            # kernel's is rounding noise times 1/sqrt(eps), so the formula runs there)
             return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         mean = x.mean(dim=-1, keepdim=True)
         var = x.var(dim=-1, keepdim=True, unbiased=False)  # biased, as nn.LayerNorm
@@ -75,9 +78,12 @@ class EncoderBlock(nn.Module):
     """Self-attention and FFN, each wrapped in a residual connection and a LayerNorm.
 
     post-norm (the 2017 paper, BERT):  x = norm1(x + attn(x));  x = norm2(x + ffn(x))
-    pre-norm  (GPT-2, ViT):            x = x + attn(norm1(x));  x = x + ffn(norm2(x))
+    pre-norm  (ViT):                   x = x + attn(norm1(x));  x = x + ffn(norm2(x))
 
     forward(x (B, L, d_model), mask=None) -> (B, L, d_model)
+
+    The block's parts are passed in: `attention`, `norm` and `ffn` are the classes it builds its
+    sublayers from (the reference ones by default; a model passes the ones of its `Parts`).
     """
 
     def __init__(
@@ -89,13 +95,17 @@ class EncoderBlock(nn.Module):
         norm_first: bool = False,
         activation: str = "relu",
         eps: float = 1e-5,
+        *,
+        attention: type[nn.Module] = MultiHeadAttention,
+        norm: type[nn.Module] = LayerNorm,
+        ffn: type[nn.Module] = FeedForward,
     ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation, dropout)
-        self.norm1 = LayerNorm(d_model, eps)
-        self.norm2 = LayerNorm(d_model, eps)
+        self.self_attn = attention(d_model, n_heads, dropout=dropout)
+        self.ffn = ffn(d_model, d_ff, activation, dropout)
+        self.norm1 = norm(d_model, eps)
+        self.norm2 = norm(d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -109,3 +119,12 @@ class EncoderBlock(nn.Module):
             x = self.norm1(x + self.dropout1(self.self_attn(x, mask=mask, cache=cache)))
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return x
+
+
+def set_explicit(model: nn.Module, explicit: bool = True) -> nn.Module:
+    """Set the one fast/explicit switch on every part of `model` that has it (MultiHeadAttention,
+    LayerNorm): True runs the written-out formulas, False (the default) the fused kernels."""
+    for module in model.modules():
+        if hasattr(module, "explicit"):
+            module.explicit = explicit
+    return model

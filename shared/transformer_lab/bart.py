@@ -36,8 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import require_ndim
-from .add_norm import EncoderBlock, LayerNorm
-from .encoder_decoder import DecoderBlock
+from .encoder_decoder import Parts
 from .masking import causal_mask
 
 # ------------------------------------------------------------------------------------------------
@@ -303,6 +302,10 @@ class BART(nn.Module):
         x_dec = layernorm_embedding(E[tgt] * s + P_dec)
         h = DecoderBlock_M(... (x_dec, memory))              (causal self-attn + cross-attn)
         logits = h Eᵀ + final_logits_bias                    (output layer tied to E)
+
+    parts: what it is built from (`Parts()`, the reference, by default): `parts.encoder_block`s
+    and `parts.decoder_block`s given `parts.sublayers`, and `parts.norm` for the two
+    layernorm_embedding.
     """
 
     def __init__(
@@ -322,8 +325,10 @@ class BART(nn.Module):
         bos_id: int = 0,
         eos_id: int = 2,
         decoder_start_id: int = 2,
+        parts: Parts | None = None,
     ):
         super().__init__()
+        parts = Parts() if parts is None else parts
         self.vocab_size, self.d_model = vocab_size, d_model
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.decoder_start_id = decoder_start_id
@@ -337,17 +342,22 @@ class BART(nn.Module):
             self.shared.weight[pad_id].zero_()
         self.encoder_positions = BartLearnedPositions(max_position, d_model)
         self.decoder_positions = BartLearnedPositions(max_position, d_model)
-        self.encoder_layernorm_embedding = LayerNorm(d_model, eps)
-        self.decoder_layernorm_embedding = LayerNorm(d_model, eps)
+        self.encoder_layernorm_embedding = parts.norm(d_model, eps)
+        self.decoder_layernorm_embedding = parts.norm(d_model, eps)
         self.dropout = nn.Dropout(dropout)
-        block_args = dict(dropout=dropout, norm_first=False, activation=activation, eps=eps)
+        block_args = dict(
+            dropout=dropout, norm_first=False, activation=activation, eps=eps, **parts.sublayers
+        )
         self.encoder = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, **block_args) for _ in range(n_encoder_layers)
+            parts.encoder_block(d_model, n_heads, d_ff, **block_args)
+            for _ in range(n_encoder_layers)
         )
         self.decoder = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, **block_args) for _ in range(n_decoder_layers)
+            parts.decoder_block(d_model, n_heads, d_ff, **block_args)
+            for _ in range(n_decoder_layers)
         )
         self.register_buffer("final_logits_bias", torch.zeros(vocab_size))
+        parts.built(self)
 
     def _embed(self, ids: torch.Tensor, positions: BartLearnedPositions, norm: nn.Module):
         x = self.shared(ids) * self.embed_scale + positions(ids.shape[1])
@@ -500,8 +510,9 @@ def hf_key_map(n_encoder_layers: int, n_decoder_layers: int) -> dict[str, str]:
     return keys
 
 
-def from_hf(hf_model: nn.Module) -> BART:
-    """A BART with the weights of a transformers BartModel or BartForConditionalGeneration.
+def from_hf(hf_model: nn.Module, parts: Parts | None = None) -> BART:
+    """A BART with the weights of a transformers BartModel or BartForConditionalGeneration, built
+    from `parts` (the reference by default; `student.parts()` for your own).
 
     Works offline with a model built from a config (random weights) and with real checkpoints
     (e.g. facebook/bart-base) when they are available. The result has the HF model's dtype and
@@ -543,6 +554,7 @@ def from_hf(hf_model: nn.Module) -> BART:
         bos_id=c.bos_token_id,
         eos_id=c.eos_token_id,
         decoder_start_id=c.decoder_start_token_id,
+        parts=parts,
     )
     theirs = body.state_dict()
     ours = model.state_dict()

@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import require_ndim, require_tensor
-from .add_norm import EncoderBlock, LayerNorm
+from .add_norm import LayerNorm
+from .encoder_decoder import Parts
 
 IGNORE_INDEX = -100  # label value that F.cross_entropy skips (its default ignore_index)
 
@@ -139,13 +140,14 @@ class BertEmbeddings(nn.Module):
         dropout: float = 0.0,
         eps: float = 1e-12,
         pad_id: int = 0,
+        norm: type[nn.Module] = LayerNorm,
     ):
         super().__init__()
         self.max_position = max_position
         self.word_embeddings = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.position_embeddings = nn.Embedding(max_position, d_model)
         self.token_type_embeddings = nn.Embedding(type_vocab_size, d_model)
-        self.norm = LayerNorm(d_model, eps)
+        self.norm = norm(d_model, eps)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
@@ -169,6 +171,10 @@ class BERT(nn.Module):
         attention_mask: (B, L), 1/True at real tokens and 0/False at padding (as in Hugging
             Face); default: every token that is not `pad_id`.
     pool(hidden (B, L, d_model)) -> (B, d_model): tanh(dense(hidden of [CLS])).
+
+    parts: what it is built from (`Parts()`, the reference, by default): n_layers
+    `parts.encoder_block`s (post-norm, GELU) given `parts.sublayers`, and the embeddings'
+    LayerNorm is a `parts.norm`.
     """
 
     def __init__(
@@ -183,20 +189,30 @@ class BERT(nn.Module):
         dropout: float = 0.0,
         eps: float = 1e-12,
         pad_id: int = 0,
+        parts: Parts | None = None,
     ):
         super().__init__()
+        parts = Parts() if parts is None else parts
         self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
         self.embeddings = BertEmbeddings(
-            vocab_size, d_model, max_position, type_vocab_size, dropout, eps, pad_id
+            vocab_size, d_model, max_position, type_vocab_size, dropout, eps, pad_id, parts.norm
         )
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                d_model, n_heads, d_ff, dropout, norm_first=False, activation="gelu", eps=eps
+            parts.encoder_block(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                norm_first=False,
+                activation="gelu",
+                eps=eps,
+                **parts.sublayers,
             )
             for _ in range(n_layers)
         )
         self.pooler = nn.Linear(d_model, d_model)
         self.apply(init_bert_weights)
+        parts.built(self)
 
     def forward(
         self,
@@ -356,8 +372,9 @@ def copy_weights(
             dst.copy_(src)
 
 
-def bert_from_config(config, dropout: float | None = None) -> BERT:
-    """An (untrained) BERT with the sizes of a transformers.BertConfig (or its dict)."""
+def bert_from_config(config, dropout: float | None = None, parts: Parts | None = None) -> BERT:
+    """An (untrained) BERT with the sizes of a transformers.BertConfig (or its dict), built from
+    `parts` (the reference by default)."""
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     if get("hidden_act", "gelu") != "gelu":
         raise ValueError(f"only hidden_act='gelu' is supported, got {get('hidden_act')!r}")
@@ -374,11 +391,13 @@ def bert_from_config(config, dropout: float | None = None) -> BERT:
         dropout=get("hidden_dropout_prob", 0.0) if dropout is None else dropout,
         eps=get("layer_norm_eps", 1e-12),
         pad_id=get("pad_token_id", 0) or 0,
+        parts=parts,
     )
 
 
-def from_hf(hf_model) -> nn.Module:
-    """Our model with all the weights of a Hugging Face BERT, on the same device and dtype.
+def from_hf(hf_model, parts: Parts | None = None) -> nn.Module:
+    """Our model with all the weights of a Hugging Face BERT, on the same device and dtype, its
+    BERT built from `parts` (the reference by default; `student.parts()` for your own).
 
     transformers.BertModel                     -> BERT
     transformers.BertForMaskedLM               -> BertForPreTraining (that checkpoint has no
@@ -388,7 +407,7 @@ def from_hf(hf_model) -> nn.Module:
     """
     kind = type(hf_model).__name__
     config, state = hf_model.config, hf_model.state_dict()
-    bert = bert_from_config(config)
+    bert = bert_from_config(config, parts=parts)
     if kind == "BertModel":
         model, key_map = bert, hf_key_map(config.num_hidden_layers)
     else:
@@ -456,11 +475,14 @@ def verify_sha256(path, expected: str) -> None:
         )
 
 
-def load_minilm(model_dir=None, device=None, dtype=None) -> tuple[BERT, WordPieceTokenizer]:
+def load_minilm(
+    model_dir=None, device=None, dtype=None, parts: Parts | None = None
+) -> tuple[BERT, WordPieceTokenizer]:
     """(model, tokenizer) for sentence-transformers' all-MiniLM-L6-v2, offline, in eval mode.
 
     The weights' sha256 is checked against MINILM_SHA256 before they are read.
-    model_dir defaults to the installed package's folder.
+    model_dir defaults to the installed package's folder; the model is built from `parts`
+    (the reference by default; `student.parts()` loads the weights into your own parts).
     """
     from safetensors.torch import load_file
 
@@ -468,7 +490,7 @@ def load_minilm(model_dir=None, device=None, dtype=None) -> tuple[BERT, WordPiec
     weights = model_dir / "model.safetensors"
     verify_sha256(weights, MINILM_SHA256)
     config = json.loads((model_dir / "config.json").read_text())
-    model = bert_from_config(config)
+    model = bert_from_config(config, parts=parts)
     copy_weights(model, load_file(str(weights)), hf_key_map(config["num_hidden_layers"]))
     model.to(device=device, dtype=dtype).eval()
     return model, WordPieceTokenizer(model_dir / "vocab.txt")

@@ -12,6 +12,8 @@ token at a time: greedy decoding keeps the best token, beam search the best few 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -27,6 +29,9 @@ class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention over `memory`, FFN; each with Add & Norm.
 
     forward(x (B, L_t, d), memory (B, L_s, d), self_mask=None, memory_mask=None) -> (B, L_t, d)
+
+    As in EncoderBlock, the sublayers are built from the classes passed in (`attention`, `norm`,
+    `ffn`; the reference ones by default).
     """
 
     def __init__(
@@ -38,15 +43,19 @@ class DecoderBlock(nn.Module):
         norm_first: bool = False,
         activation: str = "relu",
         eps: float = 1e-5,
+        *,
+        attention: type[nn.Module] = MultiHeadAttention,
+        norm: type[nn.Module] = LayerNorm,
+        ffn: type[nn.Module] = FeedForward,
     ):
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        self.ffn = FeedForward(d_model, d_ff, activation, dropout)
-        self.norm1 = LayerNorm(d_model, eps)
-        self.norm2 = LayerNorm(d_model, eps)
-        self.norm3 = LayerNorm(d_model, eps)
+        self.self_attn = attention(d_model, n_heads, dropout=dropout)
+        self.cross_attn = attention(d_model, n_heads, dropout=dropout)
+        self.ffn = ffn(d_model, d_ff, activation, dropout)
+        self.norm1 = norm(d_model, eps)
+        self.norm2 = norm(d_model, eps)
+        self.norm3 = norm(d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
@@ -69,11 +78,51 @@ class DecoderBlock(nn.Module):
         return x
 
 
+@dataclass(frozen=True)
+class Parts:
+    """The building blocks a model is made of, passed in (as the Annotated Transformer's
+    `make_model` takes them). Every model takes `parts=`; `Parts()` are the reference classes.
+
+        attention      MultiHeadAttention (lesson 03)  attention(d_model, n_heads, dropout=p)
+        norm           LayerNorm (lesson 05)           norm(d_model, eps)
+        ffn            FeedForward (lesson 05)         ffn(d_model, d_ff, activation, dropout)
+        encoder_block  EncoderBlock (lesson 05)        encoder_block(d_model, n_heads, d_ff,
+                       dropout, norm_first, activation, eps, attention=, norm=, ffn=)
+        decoder_block  DecoderBlock (lesson 07)        the same arguments as encoder_block
+
+    Each field is a class, or any callable that takes those arguments and returns an nn.Module.
+    `student.parts()` gives the student's passing classes (the reference for the rest).
+    `report`, when set, is called with every model built from these parts (`built`): that is
+    how `student.parts()` says which of a model's parts are the student's.
+    """
+
+    attention: Callable[..., nn.Module] = MultiHeadAttention
+    norm: Callable[..., nn.Module] = LayerNorm
+    ffn: Callable[..., nn.Module] = FeedForward
+    encoder_block: Callable[..., nn.Module] = EncoderBlock
+    decoder_block: Callable[..., nn.Module] = DecoderBlock
+    report: Callable[[nn.Module], None] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def sublayers(self) -> dict[str, Callable[..., nn.Module]]:
+        """The keyword arguments a block takes its sublayers from: attention, norm, ffn."""
+        return {"attention": self.attention, "norm": self.norm, "ffn": self.ffn}
+
+    def built(self, model: nn.Module) -> None:
+        """Every model calls this at the end of its constructor (runs `report`, if any)."""
+        if self.report is not None:
+            self.report(model)
+
+
 class Transformer(nn.Module):
     """The encoder–decoder of Vaswani et al. (2017) for token sequences.
 
     forward(src (B, L_s), tgt_in (B, L_t)) -> logits (B, L_t, tgt_vocab), where tgt_in is the
     target shifted right (starting with BOS) — teacher forcing.
+
+    parts: the blocks and sublayers it is built from (`Parts()`, the reference, by default):
+    `parts.encoder_block` and `parts.decoder_block`, each given `parts.sublayers`, and
+    `parts.norm` for the final LayerNorms of a pre-norm stack.
     """
 
     def __init__(
@@ -88,23 +137,27 @@ class Transformer(nn.Module):
         max_len: int = 512,
         pad_id: int = 0,
         norm_first: bool = False,
+        parts: Parts | None = None,
     ):
         super().__init__()
+        parts = Parts() if parts is None else parts
         self.d_model, self.pad_id = d_model, pad_id
         self.src_embed = nn.Embedding(src_vocab, d_model)
         self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
         self.pos = SinusoidalPositionalEncoding(d_model, max_len)
         self.embed_dropout = nn.Dropout(dropout)
+        block = dict(dropout=dropout, norm_first=norm_first, **parts.sublayers)
         self.encoder = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+            parts.encoder_block(d_model, n_heads, d_ff, **block) for _ in range(n_layers)
         )
         self.decoder = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)
+            parts.decoder_block(d_model, n_heads, d_ff, **block) for _ in range(n_layers)
         )
         # pre-norm stacks end with a LayerNorm; post-norm blocks already end normalised
-        self.encoder_norm = LayerNorm(d_model) if norm_first else nn.Identity()
-        self.decoder_norm = LayerNorm(d_model) if norm_first else nn.Identity()
+        self.encoder_norm = parts.norm(d_model, 1e-5) if norm_first else nn.Identity()
+        self.decoder_norm = parts.norm(d_model, 1e-5) if norm_first else nn.Identity()
         self.generator = nn.Linear(d_model, tgt_vocab)
+        parts.built(self)
 
     def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed_dropout(self.pos(embedding(tokens) * math.sqrt(self.d_model)))

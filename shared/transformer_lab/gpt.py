@@ -35,9 +35,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import require_ndim
-from .add_norm import EncoderBlock, LayerNorm
+from .add_norm import FeedForward, LayerNorm
+from .encoder_decoder import Parts
 from .masking import causal_mask
-from .multihead import KVCache
+from .multihead import KVCache, MultiHeadAttention
 
 IGNORE_INDEX = -100  # target value that the losses skip (as in F.cross_entropy)
 
@@ -54,6 +55,48 @@ def _require_token_ids(name: str, idx: torch.Tensor, vocab_size: int) -> None:
         )
 
 
+class GPTBlock(nn.Module):
+    """GPT-2's decoder-only block: causal self-attention and the FFN, each pre-norm with a residual.
+
+        x = x + attn(norm1(x), causal mask)      (no cross-attention: there is no encoder)
+        x = x + ffn(norm2(x))                    (tanh-GELU, GPT-2's "gelu_new")
+
+    Lesson 05's pre-norm block with lesson 06's causal mask, plus the KV cache for generation.
+    The sublayers are built from the classes passed in (`attention`, `norm`, `ffn`).
+
+    forward(x (B, L, d_model), mask=None, cache=None) -> (B, L, d_model)
+    """
+
+    norm_first = True  # always pre-norm (GPT-2)
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        eps: float = 1e-5,
+        *,
+        attention: type[nn.Module] = MultiHeadAttention,
+        norm: type[nn.Module] = LayerNorm,
+        ffn: type[nn.Module] = FeedForward,
+    ):
+        super().__init__()
+        self.self_attn = attention(d_model, n_heads, dropout=dropout)
+        self.ffn = ffn(d_model, d_ff, "gelu_tanh", dropout)
+        self.norm1 = norm(d_model, eps)
+        self.norm2 = norm(d_model, eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        attend = {} if cache is None else {"cache": cache}  # a part without a cache never gets one
+        x = x + self.dropout1(self.self_attn(self.norm1(x), mask=mask, **attend))
+        return x + self.dropout2(self.ffn(self.norm2(x)))
+
+
 class GPT(nn.Module):
     """A GPT-2-style decoder-only Transformer language model.
 
@@ -64,6 +107,9 @@ class GPT(nn.Module):
         d_ff: hidden size of the feed-forward network; defaults to 4 * d_model.
         dropout: dropout on the embeddings, attention weights and residual branches.
         eps: the LayerNorm epsilon.
+        parts: what the blocks are made of (`Parts()`, the reference, by default): each of the
+            n_layers `GPTBlock`s builds its sublayers from `parts.attention`, `parts.norm` and
+            `parts.ffn`, and `ln_f` is a `parts.norm`. Pass `student.parts()` for your own.
 
     forward(idx (B, L), cache=None) -> logits (B, L, V), where logits[:, t] scores token t + 1.
     `cache` is a list of one `KVCache` per block (see `new_cache`); with it, `idx` holds only the
@@ -80,8 +126,10 @@ class GPT(nn.Module):
         d_ff: int | None = None,
         dropout: float = 0.0,
         eps: float = 1e-5,
+        parts: Parts | None = None,
     ):
         super().__init__()
+        parts = Parts() if parts is None else parts
         for name, value in (("vocab_size", vocab_size), ("n_positions", n_positions)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -96,13 +144,14 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(n_positions, d_model)  # W_p
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, dropout, True, "gelu_tanh", eps)  # pre-norm
+            GPTBlock(d_model, n_heads, d_ff, dropout, eps, **parts.sublayers)
             for _ in range(n_layers)
         )
-        self.ln_f = LayerNorm(d_model, eps)
+        self.ln_f = parts.norm(d_model, eps)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.reset_parameters()
         self.lm_head.weight = self.wte.weight  # tie: logits = h_n W_eᵀ
+        parts.built(self)
 
     def reset_parameters(self) -> None:
         """GPT-2's initialisation: N(0, 0.02) weights, zero biases; the two projections that
@@ -124,6 +173,12 @@ class GPT(nn.Module):
         if exclude_embeddings:
             n -= self.wte.weight.numel() + self.wpe.weight.numel()
         return n
+
+    @property
+    def supports_cache(self) -> bool:
+        """Whether every block's attention takes a KV cache (a part written without one does not:
+        `generate` then recomputes the prefix at each step)."""
+        return all(getattr(block.self_attn, "supports_cache", False) for block in self.blocks)
 
     def new_cache(self) -> list[KVCache]:
         """An empty KV cache: one KVCache per block."""
@@ -214,6 +269,19 @@ class GPT(nn.Module):
             raise ValueError(
                 f"idx must hold at least one token per row, got shape {tuple(idx.shape)}"
             )
+        if use_cache and not self.supports_cache:
+            if not getattr(self, "_told_no_cache", False):
+                attention = next(
+                    type(b.self_attn)
+                    for b in self.blocks
+                    if not getattr(b.self_attn, "supports_cache", False)
+                )
+                print(
+                    f"  generate: {attention.__module__}.{attention.__name__} has no KV cache; "
+                    "recomputing"
+                )
+                self._told_no_cache = True
+            use_cache = False
         was_training = self.training
         self.eval()
         cache: list[KVCache] | None = None
@@ -240,8 +308,11 @@ class GPT(nn.Module):
     # -- Hugging Face interoperability --------------------------------------------------------
 
     @classmethod
-    def from_hf(cls, hf_model) -> GPT:
+    def from_hf(cls, hf_model, parts: Parts | None = None) -> GPT:
         """Build a GPT with every weight of a `transformers` GPT2LMHeadModel or GPT2Model.
+
+        `parts` as in the constructor: `GPT.from_hf(hf, parts=student.parts())` loads the weights
+        into your own attention and LayerNorm.
 
         Works the same for a random-weight model built from a GPT2Config and for a pretrained
         checkpoint (`GPT2LMHeadModel.from_pretrained("gpt2")`, when online). The result has the
@@ -274,6 +345,7 @@ class GPT(nn.Module):
             d_ff=config.n_inner or 4 * d_model,
             dropout=config.resid_pdrop,
             eps=config.layer_norm_epsilon,
+            parts=parts,
         ).to(device=weight.device, dtype=weight.dtype)
 
         state = {"wte.weight": body.wte.weight, "wpe.weight": body.wpe.weight}

@@ -67,8 +67,13 @@ class MultiHeadAttention(nn.Module):
         mask:    bool, broadcastable to (B, h, L_q, L_k), True = may attend
         returns  (B, L_q, d_model); with need_weights=True, also the (B, h, L_q, L_k) weights.
 
-    With need_weights=False (and `explicit` False) the fused kernel computes the same thing faster.
+    The one fast/explicit switch, as in LayerNorm: with `explicit` False (the default) and
+    need_weights=False, PyTorch's fused kernel computes the same thing faster; `explicit = True` on
+    an instance (or `set_explicit`) runs softmax(QKᵀ/√d_k)V as written and keeps `last_weights`.
     """
+
+    explicit = False  # True: the written-out attention (and `last_weights`) instead of the kernel
+    supports_cache = True  # forward takes a KVCache (GPT.generate asks before using one)
 
     def __init__(self, d_model: int, n_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
@@ -80,7 +85,6 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.explicit = False  # set True to always take the written-out path
         self.last_weights: torch.Tensor | None = None
 
     def forward(

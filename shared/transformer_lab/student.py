@@ -8,9 +8,11 @@ or class is written into ``transformer_lab_student/<module>.py`` inside the stud
 - else ``~/transformer_lab_student_package/``.
 
 Later lessons call ``use(name)``: the student's passing implementation when there is one, the
-reference otherwise, with one printed line saying which. ``progress()`` lists every graded part
-and whose code it runs. In grading mode (``TRANSFORMER_LAB_GRADING=1``) nothing is saved and
-``use`` always returns the reference, so each notebook is graded on its own.
+reference otherwise, with one printed line saying which. The models of lessons 07–11 take their
+building blocks as ``parts=``, and ``parts()`` gives the student's: ``GPT(..., parts=parts())``.
+``progress()`` lists every graded part and whose code it runs. In grading mode
+(``TRANSFORMER_LAB_GRADING=1``) nothing is saved and ``use`` and ``parts`` always give the
+reference, so each notebook is graded on its own.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import linecache
 import os
 import sys
 import textwrap
-import threading
 import types
+from dataclasses import replace
 from pathlib import Path
 
 from torch import nn
+
+from .encoder_decoder import Parts
 
 PACKAGE = "transformer_lab_student"
 MANIFEST = "progress.json"
@@ -281,8 +285,8 @@ def use(name: str, quiet: bool = False):
     """The student's passing implementation of `name`, else the reference; prints which.
 
     A model or block the student did not write themselves (``"GPT"``, ``"Transformer"``, or an
-    ``EncoderBlock`` whose check has not passed yet) comes back built from the student's own
-    parts where they passed (see `built_from_yours`).
+    ``EncoderBlock`` whose check has not passed yet) comes back with the student's `parts()` as
+    its default parts (see `built_from_yours`).
     """
     reference = _reference(name)
     entry = _manifest().get(name)
@@ -343,26 +347,34 @@ def reset() -> None:
 # ----------------------------------------------------------------------------------------------
 # Models built from the student's parts.
 #
-# The reference models construct their parts by name: GPT's blocks call `MultiHeadAttention(...)`,
-# `LayerNorm(...)` and `FeedForward(...)`, names imported into the reference modules. While a model
-# from `built_from_yours` is being constructed, those names point to the student's passing classes
-# instead, so every block is made of the student's code; `from_hf` builds through the same
-# constructor, which is how the student's own parts reproduce Hugging Face's logits.
+# Every model takes its building blocks as `parts=` (`transformer_lab.encoder_decoder.Parts`):
+# `GPT(..., parts=student.parts())` builds GPT's blocks from the student's passing
+# MultiHeadAttention, LayerNorm and FeedForward, and BERT, BART, ViT and the Transformer also take
+# their EncoderBlock and DecoderBlock. `from_hf(hf, parts=student.parts())` loads real weights into
+# them, which is how the student's own parts reproduce Hugging Face's logits.
 #
 # The student's classes follow the API contract, which has fewer options than the reference
 # (no `activation` for FeedForward, no `dropout` or KV `cache` for MultiHeadAttention). A part is
 # used when it can do what the model asks: an option at its default is dropped; an option the
 # student's class lacks but the model needs (GPT's FeedForward needs activation="gelu_tanh") falls
-# back to the reference for that part, and says so once.
+# back to the reference for that part, and says so once. A block the student wrote builds its
+# sublayers itself (from their package: their passing parts), so it is not given the model's.
 
 
 class PartDoesNotFit(TypeError):
     """The student's class cannot do what the model asks of this part."""
 
 
-_BUILD_LOCK = threading.RLock()
 _TOLD: set[str] = set()
 _OPTIONAL = {"dropout"}  # options a part may lack: it then runs without (a regulariser only)
+_SUBLAYERS = {"attention", "norm", "ffn"}  # what a block the student wrote builds itself
+_PART_NAMES = {  # Parts field -> the exercise that writes it
+    "attention": "MultiHeadAttention",
+    "norm": "LayerNorm",
+    "ffn": "FeedForward",
+    "encoder_block": "EncoderBlock",
+    "decoder_block": "DecoderBlock",
+}
 
 
 def _tell(message: str) -> None:
@@ -397,6 +409,8 @@ def _fitted(name: str, mine: type, reference: type) -> type:
             for key, value in bound.arguments.items():
                 if key in my_init.parameters:
                     accepted[key] = value
+                elif key in _SUBLAYERS:
+                    continue  # their block builds its sublayers from their own package
                 elif key in _OPTIONAL and value != ref_sig.parameters[key].default:
                     _tell(f"  {name}: yours has no `{key}` argument; it runs without {key}")
                 elif key not in _OPTIONAL and value != ref_sig.parameters[key].default:
@@ -459,128 +473,74 @@ def _part_factory(name: str, mine: type, reference: type):
     return build
 
 
-def _your_parts(exclude: str = "") -> dict:
-    """{name: (reference class, builder)} for every part class the student has passed."""
-    from . import registry as check
-
-    parts = {}
-    for name, ex in check.EXERCISES.items():
-        if isinstance(ex.reference, type) and name != exclude:
-            mine = _yours(name)
-            if mine is not None:
-                parts[name] = (ex.reference, mine, _part_factory(name, mine, ex.reference))
-    return parts
-
-
-def _reference_modules() -> list[types.ModuleType]:
-    skip = ("transformer_lab.check", __name__)
-    return [
-        m
-        for name, m in list(sys.modules.items())
-        if name.startswith("transformer_lab.") and not name.startswith(skip)
-    ]
-
-
-class your_parts:
-    """Inside ``with your_parts():`` the reference models are built from your passing parts.
-
-    For builders that are functions rather than classes, e.g.
-    ``with student.your_parts(): model = bert.from_hf(hf_model)``. Does nothing in grading mode.
-    """
-
-    def __init__(self, exclude: str = ""):
-        self.parts = {} if _grading() else _your_parts(exclude)
-        self.saved: list = []
-
-    def __enter__(self):
-        _BUILD_LOCK.acquire()
-        for module in _reference_modules():
-            for name, (reference, _, build) in self.parts.items():
-                if vars(module).get(name) is reference:
-                    self.saved.append((module, name, reference))
-                    setattr(module, name, build)
-        return self
-
-    def __exit__(self, *exc):
-        for module, name, reference in self.saved:
-            setattr(module, name, reference)
-        self.saved.clear()
-        _BUILD_LOCK.release()
-        return False
-
-
-def _fit_instances(model: nn.Module, parts: dict) -> None:
-    """Parts that the student's own blocks made (their EncoderBlock builds their attention) get
-    the same fitting as the parts the reference made, e.g. attention weights for plots."""
-    for module in model.modules():
-        cls = type(module)
-        for name, (reference, mine, _) in parts.items():
-            same = (cls.__module__, cls.__name__) == (mine.__module__, mine.__name__)
-            if same and not getattr(cls, "_fitted", False):
-                module.__class__ = _fitted(name, cls, reference)
-
-
-def _parts_in(model: nn.Module, parts: dict) -> list[str]:
-    """The names of the student's classes that `model` actually contains."""
+def _report(model: nn.Module, yours: dict[str, type]) -> None:
+    """Say once which of the student's classes `model` really contains (a part may have fallen
+    back to the reference)."""
     kinds = {(type(m).__module__, type(m).__name__) for m in model.modules()}
-    return [
-        name for name, (_, mine, _) in parts.items() if (mine.__module__, mine.__name__) in kinds
-    ]
+    mine = [name for name, cls in yours.items() if (cls.__module__, cls.__name__) in kinds]
+    name = type(model).__name__
+    _tell(
+        f"{name}: built from YOUR {', '.join(mine)} (the reference for the rest)"
+        if mine
+        else f"{name}: none of your parts fit this model; it is the reference"
+    )
 
 
-def _modules_building(model: type) -> list[types.ModuleType]:
-    """The reference modules whose names construct `model`: its own module, then, recursively,
-    the modules of the transformer_lab classes those modules use."""
-    found: list[types.ModuleType] = []
-    todo = [sys.modules[model.__module__]]
-    while todo:
-        module = todo.pop()
-        if module in found or module.__name__.startswith(("transformer_lab.check", __name__)):
-            continue
-        found.append(module)
-        for value in vars(module).values():
-            owner = sys.modules.get(getattr(value, "__module__", None) or "")
-            if isinstance(value, type) and owner and owner.__name__.startswith("transformer_lab."):
-                todo.append(owner)
-    return found
+def _report_reference(why: str):
+    def report(model: nn.Module) -> None:
+        _tell(f"{type(model).__name__}: built from the reference parts — {why}")
+
+    return report
+
+
+def parts(quiet: bool = False) -> Parts:
+    """Your passing MultiHeadAttention, LayerNorm, FeedForward, EncoderBlock and DecoderBlock as
+    the `Parts` a model is built from: ``GPT(..., parts=student.parts())``.
+
+    A part you have not passed yet is the reference, and in grading mode every part is. Each of
+    yours takes the options the model passes where it can (see `_fitted`); where a model needs an
+    option yours lacks (GPT's tanh-GELU FeedForward), that part is the reference, and it says so
+    once. Every model built from these parts prints which of them are yours (unless `quiet`).
+    """
+    reference = Parts()
+    if _grading():
+        why = "grading mode: earlier lessons are graded with the reference"
+        return replace(reference, report=None if quiet else _report_reference(why))
+    found, builders = {}, {}
+    for field, name in _PART_NAMES.items():
+        mine = _yours(name)
+        if mine is not None:
+            found[name] = mine
+            builders[field] = _part_factory(name, mine, getattr(reference, field))
+    if not found:
+        why = "none of yours has passed its check yet"
+        return replace(reference, report=None if quiet else _report_reference(why))
+    report = None if quiet else (lambda model: _report(model, found))
+    return Parts(**builders, report=report)
 
 
 def built_from_yours(model: type, quiet: bool = False) -> type:
-    """A subclass of the reference `model` whose parts are the student's passing classes.
+    """`model` with your `parts()` as its default `parts` (for a block: its `attention`, `norm`
+    and `ffn`), for code that takes a class: ``student.use("GPT")``, ``.from_hf(...)``.
 
-    Returns `model` itself when none of its parts are the student's (or in grading mode).
+    Returns `model` itself when none of your parts has passed (or in grading mode).
     """
-    modules = _modules_building(model)
-    candidates = [
-        name
-        for name, (reference, _, _) in your_parts(exclude=model.__name__).parts.items()
-        if any(vars(m).get(name) is reference for m in modules)
-    ]
-    if not candidates:
+    yours = parts(quiet=quiet)
+    takes = inspect.signature(model).parameters
+    if yours == Parts() or not ("parts" in takes or _SUBLAYERS <= set(takes)):
         return model
+    defaults = {"parts": yours} if "parts" in takes else yours.sublayers
+    is_block = "parts" not in takes  # a model reports what it is made of itself; a block cannot
 
-    def __init__(self, *args, **kwargs):
-        with your_parts(exclude=model.__name__) as swapped:
-            model.__init__(self, *args, **kwargs)
-        _fit_instances(self, swapped.parts)
-        if not quiet:  # what this model is really made of (a part may fall back to the reference)
-            mine = _parts_in(self, swapped.parts)
-            _tell(
-                f"{model.__name__}: built from YOUR {', '.join(mine)} (the reference for the rest)"
-                if mine
-                else f"{model.__name__}: none of your parts fit this model; it is the reference"
-            )
-        attention = [m for m in self.modules() if hasattr(type(m), "supports_cache")]
-        self.supports_cache = all(type(m).supports_cache for m in attention)
+    class Built(model):
+        def __init__(self, *args, **kwargs):
+            for key, value in defaults.items():
+                if kwargs.get(key) is None:  # from_hf passes parts=None: the default
+                    kwargs[key] = value
+            super().__init__(*args, **kwargs)
+            if is_block:
+                yours.built(self)
 
-    namespace = {"__init__": __init__, "__module__": model.__module__, "__doc__": model.__doc__}
-    if "use_cache" in inspect.signature(getattr(model, "generate", len)).parameters:
-
-        def generate(self, *args, use_cache: bool = True, **kwargs):
-            if use_cache and not self.supports_cache:
-                _tell("  generate: your MultiHeadAttention has no KV cache; recomputing")
-                use_cache = False
-            return model.generate(self, *args, use_cache=use_cache, **kwargs)
-
-        namespace["generate"] = generate
-    return type(model.__name__, (model,), namespace)
+    Built.__name__ = Built.__qualname__ = model.__name__
+    Built.__module__, Built.__doc__ = model.__module__, model.__doc__
+    return Built

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ._validate import require_ndim
-from .add_norm import EncoderBlock, LayerNorm
+from .encoder_decoder import Parts
 
 
 def _pair(size) -> tuple[int, int]:
@@ -75,6 +75,9 @@ class ViT(nn.Module):
         how much [CLS] attends to itself (index 0) and to each patch, per layer and head
         (detached: for plots).
     features(images) -> (B, N + 1, d_model), the final LayerNorm'd sequence ([CLS] first).
+
+    parts: what it is built from (`Parts()`, the reference, by default): n_layers pre-norm
+    `parts.encoder_block`s given `parts.sublayers`, and the final `ln_f` is a `parts.norm`.
     """
 
     def __init__(
@@ -89,8 +92,10 @@ class ViT(nn.Module):
         d_ff: int,
         dropout: float = 0.0,
         eps: float = 1e-12,
+        parts: Parts | None = None,
     ):
         super().__init__()
+        parts = Parts() if parts is None else parts
         H, W = _pair(image_size)
         if H % patch_size or W % patch_size:
             raise ValueError(f"image_size ({H}, {W}) must be divisible by patch_size={patch_size}")
@@ -104,16 +109,24 @@ class ViT(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, self.n_patches + 1, d_model))  # E_pos
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            EncoderBlock(
-                d_model, n_heads, d_ff, dropout, norm_first=True, activation="gelu", eps=eps
+            parts.encoder_block(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                norm_first=True,
+                activation="gelu",
+                eps=eps,
+                **parts.sublayers,
             )
             for _ in range(n_layers)
         )
-        self.ln_f = LayerNorm(d_model, eps)
+        self.ln_f = parts.norm(d_model, eps)
         self.head = nn.Linear(d_model, n_classes) if n_classes else nn.Identity()
         self.apply(self._init_weights)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        parts.built(self)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -174,8 +187,9 @@ class ViT(nn.Module):
     # ---------------------------------------------------------------------------------------
 
     @classmethod
-    def from_hf(cls, hf_model) -> ViT:
-        """Build a ViT with the weights of a transformers ViTModel or ViTForImageClassification.
+    def from_hf(cls, hf_model, parts: Parts | None = None) -> ViT:
+        """Build a ViT with the weights of a transformers ViTModel or ViTForImageClassification,
+        from `parts` (the reference by default; `student.parts()` for your own).
 
         Their patch embedding is a Conv2d(C, d_model, kernel=stride=p) whose weight
         (d_model, C, p, p) reshapes to our Linear's (d_model, C·p·p), because `patchify` flattens
@@ -200,6 +214,7 @@ class ViT(nn.Module):
             n_layers=config.num_hidden_layers,
             d_ff=config.intermediate_size,
             eps=config.layer_norm_eps,
+            parts=parts,
         )
         param = next(hf_model.parameters())
         model.to(device=param.device, dtype=param.dtype)

@@ -1,0 +1,188 @@
+"""The course GPT against a nanoGPT-architecture model: one training step, interleaved.
+
+  nanoGPT  written here from the architecture (not copied): token + position embeddings, blocks
+           x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with nn.LayerNorm, one fused qkv
+           nn.Linear(d, 3d), F.scaled_dot_product_attention(is_causal=True), an MLP
+           d -> 4d -> d with GELU, a final nn.LayerNorm and the output layer tied to wte.
+           A second copy uses GPT-2's tanh GELU, the course GPT's (and Hugging Face GPT-2's)
+           function, which is slower on CPU than the exact GELU nanoGPT uses.
+  course   transformer_lab.gpt.GPT as it ships (its default: the fused kernels).
+  explicit the course GPT with `set_explicit(model)`: the written-out attention and LayerNorm.
+
+Shape: nanoGPT's CPU configuration (4 layers, 4 heads, d_model 128, block 64, batch 12) on a
+character vocabulary of 65. Same batch, same AdamW (lr 1e-3) for each; the steps are interleaved
+in one process (the order rotates every round) and the table gives the median step time, wall
+clock and CPU (process) time, and the ratios of medians. On a busy machine the CPU time is the
+fairer clock: it does not count the time other programs hold the cores. Before timing, nanoGPT gets the course GPT's weights and the script checks
+that the two losses agree (they differ only by the GELU: nanoGPT's exact one, GPT-2's tanh one).
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_nanogpt.py --threads 1 [--steps 300] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
+
+from transformer_lab import set_explicit  # noqa: E402
+from transformer_lab.gpt import GPT  # noqa: E402
+
+N_LAYERS, N_HEADS, D_MODEL, BLOCK, BATCH, VOCAB = 4, 4, 128, 64, 12, 65
+
+
+class NanoAttention(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, d = x.shape
+        q, k, v = (
+            t.view(B, T, self.h, d // self.h).transpose(1, 2) for t in self.qkv(x).split(d, dim=2)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, d))
+
+
+class NanoBlock(nn.Module):
+    def __init__(self, d: int, h: int, gelu: str):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = NanoAttention(d, h)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.gelu = gelu
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.out(F.gelu(self.fc(self.ln_2(x)), approximate=self.gelu))
+
+
+class NanoGPT(nn.Module):
+    def __init__(self, vocab: int, block: int, d: int, h: int, n_layers: int, gelu: str = "none"):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(NanoBlock(d, h, gelu) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def copy_weights(course: GPT, nano: NanoGPT) -> None:
+    with torch.no_grad():
+        nano.wte.weight.copy_(course.wte.weight)
+        nano.wpe.weight.copy_(course.wpe.weight)
+        nano.ln_f.load_state_dict(course.ln_f.state_dict())
+        for ours, theirs in zip(course.blocks, nano.blocks):
+            a = ours.self_attn
+            theirs.attn.qkv.weight.copy_(torch.cat([a.w_q.weight, a.w_k.weight, a.w_v.weight]))
+            theirs.attn.qkv.bias.copy_(torch.cat([a.w_q.bias, a.w_k.bias, a.w_v.bias]))
+            theirs.attn.proj.load_state_dict(a.w_o.state_dict())
+            theirs.fc.load_state_dict(ours.ffn.w_1.state_dict())
+            theirs.out.load_state_dict(ours.ffn.w_2.state_dict())
+            theirs.ln_1.load_state_dict(ours.norm1.state_dict())
+            theirs.ln_2.load_state_dict(ours.norm2.state_dict())
+
+
+def loss_of(model, x, y):
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+
+def step(model, opt, x, y) -> tuple[float, float]:
+    """One training step; returns its (wall, CPU) seconds."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    loss = loss_of(model, x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def build():
+    torch.manual_seed(0)
+    course = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
+    nano = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
+    nano_tanh = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, gelu="tanh")
+    copy_weights(course, nano)
+    copy_weights(course, nano_tanh)
+    explicit = set_explicit(GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS))
+    explicit.load_state_dict(course.state_dict())
+    return {
+        "nanoGPT": nano,
+        "nanoGPT, tanh GELU": nano_tanh,
+        "course GPT": course,
+        "course GPT, explicit": explicit,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    parser.add_argument("--steps", type=int, default=300, help="timed steps per model")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--profile", action="store_true", help="print the top ops of each")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    models = build()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
+    y = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
+    with torch.no_grad():
+        losses = {k: loss_of(m, x, y).item() for k, m in models.items()}
+    assert abs(losses["nanoGPT"] - losses["course GPT"]) < 1e-3, losses
+    assert abs(losses["course GPT, explicit"] - losses["course GPT"]) < 1e-5, losses
+    assert abs(losses["nanoGPT, tanh GELU"] - losses["course GPT"]) < 1e-5, losses
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
+    names = list(models)
+    times = {k: [] for k in names}
+    for r in range(args.warmup + args.steps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotating order
+            t = step(models[name], opts[name], x, y)
+            if r >= args.warmup:
+                times[name].append(t)
+    wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
+    print(
+        f"torch {torch.__version__}, threads={torch.get_num_threads()}, {args.steps} interleaved "
+        f"steps each, L={N_LAYERS} h={N_HEADS} d={D_MODEL} block={BLOCK} batch={BATCH} V={VOCAB}"
+    )
+    print(
+        "| model | wall (ms) | / nanoGPT | / nanoGPT, tanh GELU "
+        "| CPU (ms) | / nanoGPT | / nanoGPT, tanh GELU |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        print(
+            f"| {name} | {wall[name] * 1e3:.2f} | {wall[name] / wall['nanoGPT']:.3f}x "
+            f"| {wall[name] / wall['nanoGPT, tanh GELU']:.3f}x | {cpu[name] * 1e3:.2f} "
+            f"| {cpu[name] / cpu['nanoGPT']:.3f}x | {cpu[name] / cpu['nanoGPT, tanh GELU']:.3f}x |"
+        )
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        for name in names:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(20):
+                    step(models[name], opts[name], x, y)
+            print(f"\n== {name}")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+
+
+if __name__ == "__main__":
+    main()

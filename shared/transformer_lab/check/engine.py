@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
+from .feedback import render
 from .forbid import ImplementThisYourself, _resolve, forbid, resolve  # noqa: F401 (re-exported)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
@@ -79,8 +80,6 @@ class CheckFailed(AssertionError):
         return self.message
 
     def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
-        from .feedback import render
-
         return render(self)
 
 

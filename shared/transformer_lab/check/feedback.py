@@ -154,9 +154,7 @@ def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]
 
 def render(err: BaseException) -> list[str]:
     """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
-    from .engine import ImplementThisYourself
-
-    if isinstance(err, ImplementThisYourself):
+    if getattr(err, "refusal", False):  # ImplementThisYourself (check/forbid.py)
         text = str(err).removeprefix("implement this yourself: ")
         lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", text]
         frames = student_frames(err.__traceback__)

@@ -7,13 +7,15 @@ import contextlib
 import importlib
 from collections.abc import Callable, Iterator
 
+from .feedback import render
+
 
 class ImplementThisYourself(RuntimeError):
     """Raised by a built-in or reference function that the graded exercise must not call."""
 
-    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
-        from .feedback import render
+    refusal = True  # check/feedback.py renders it as "Implement this yourself"
 
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
         return render(self)
 
 

@@ -47,7 +47,7 @@ def _submission(course: Path, source: str, folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pages(tmp_path_factory) -> dict[str, str]:
+def pages(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("feedback_html")
     course = cli.course_copy(REPO, tmp / "course", [LESSON])
     for student, source in (("mistaken", WRONG), ("crashing", CRASHING)):
@@ -56,6 +56,8 @@ def pages(tmp_path_factory) -> dict[str, str]:
     paths = cli.feedback(course, LESSON)  # nbgrader generate_feedback
     out = {p.parent.parent.name: p.read_text(encoding="utf-8") for p in paths}
     out["_hidden"] = "\n".join(fb.hidden_test_lines(course, LESSON))
+    out["_scores"] = cli.all_scores(course)
+    out["_course"] = course
     return out
 
 
@@ -84,3 +86,17 @@ def test_feedback_shows_the_students_crashing_line(pages):
     assert "Your code raised RuntimeError" in text
     assert "# my crashing line" in text and ", in split_heads" in text
     _assert_clean(pages["crashing"], pages["_hidden"].splitlines())
+
+
+def test_nbgrader_records_the_failed_check_cell(pages):
+    """The short rendering changes only the lines shown: the kernel still sends an error output
+    (ename CheckFailed), so nbgrader gives the test cell no points."""
+    for student in ("mistaken", "crashing"):
+        score, top = pages["_scores"][(student, LESSON, LESSON)]
+        assert score < top, (student, score, top)
+        path = pages["_course"] / f"autograder/work/autograded/{student}/{LESSON}/{LESSON}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        [cell] = [c for c in nb.cells if c.get("id") == "split-heads-test"]
+        [error] = [o for o in cell.outputs if o.output_type == "error"]
+        assert error.ename == "CheckFailed" and error.evalue.startswith("split_heads: ")
+        assert error.traceback[0].endswith("split_heads: check failed\x1b[0m")

@@ -282,6 +282,5 @@ def alpha_22(value, thorough: bool = False) -> None:
     fail(
         "alpha_22",
         f"{number:g} is not the weight α_22 (row 2, column 2, counting from 1)",
-        None,
-        mistake,
+        mistake=mistake,
     )

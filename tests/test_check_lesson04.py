@@ -148,10 +148,9 @@ def test_catalogue_sentences_reach_the_student():
 
     with pytest.raises(CheckFailed, match="−angle"):
         check.rotary_embedding(backwards)
+    base_1000 = check.EXERCISES["sinusoidal_positional_encoding"].mistake("base-1000")
     with pytest.raises(CheckFailed, match="base is 1000"):
-        check.sinusoidal_positional_encoding(
-            lambda n, d: check.EXERCISES["sinusoidal_positional_encoding"].mistakes[2].impl(n, d)
-        )
+        check.sinusoidal_positional_encoding(lambda n, d: base_1000.impl(n, d))
     with pytest.raises(CheckFailed):
         check.sinusoidal_positional_encoding(swapped)
 
@@ -210,9 +209,9 @@ def test_rope_scores_depend_on_offset_only():
 
     assert score(5, 2) == pytest.approx(score(13, 10), abs=1e-10)
 
-    def broken(x, positions=None):  # per-feature frequencies: not a rotation any more
-        from transformer_lab.check.lesson04 import _rope_per_feature
+    per_feature = check.EXERCISES["rotary_embedding"].mistake("per-feature-frequencies")
 
-        return _rope_per_feature(x, positions)
+    def broken(x, positions=None):  # per-feature frequencies: not a rotation any more
+        return per_feature.impl(x, positions)
 
     assert abs(score(5, 2, broken) - score(13, 10, broken)) > 1e-3

@@ -128,9 +128,7 @@ def test_a_crash_is_reported_with_the_case():
 
 
 def test_pad_id_other_than_zero_is_in_the_visible_check():
-    mistake = next(
-        m for m in check.EXERCISES["padding_mask"].mistakes if "hard-coded" in m.sentence
-    )
+    mistake = check.EXERCISES["padding_mask"].mistake("pad_id-zero")
     with pytest.raises(check.CheckFailed, match="Likely mistake: pad_id is hard-coded"):
         check.padding_mask(mistake.impl)
 
@@ -146,7 +144,7 @@ def test_every_padding_case_has_padding_and_a_real_token():
 
 
 def test_mutant_check_without_dtype_comparison_accepts_a_float_mask(monkeypatch):
-    float_mask = next(m for m in check.EXERCISES["causal_mask"].mistakes if "float" in m.sentence)
+    float_mask = check.EXERCISES["causal_mask"].mistake("float-mask")
     with pytest.raises(check.CheckFailed):
         check.causal_mask(float_mask.impl, thorough=True)
 
@@ -155,13 +153,27 @@ def test_mutant_check_without_dtype_comparison_accepts_a_float_mask(monkeypatch)
             isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a.float(), b.float())
         )
 
-    monkeypatch.setattr(lesson06, "_identical", identical_values_only)
+    monkeypatch.setattr(check.EXERCISES["causal_mask"].driver, "equal", identical_values_only)
     assert check.causal_mask(float_mask.impl, thorough=True) is None
 
 
+def mask_as_numpy(n):
+    return torch.ones(n, n, dtype=torch.bool).tril().numpy()
+
+
+def test_a_numpy_mask_is_told_to_be_a_tensor(monkeypatch):
+    with pytest.raises(check.CheckFailed, match="should be a bool tensor but is a ndarray"):
+        check.causal_mask(mask_as_numpy)
+    # the mutant: drivers.exactly_equal as the comparison compares the catalogue's tensors with
+    # the array entry by entry while naming the mistake, and the check crashes instead
+    monkeypatch.setattr(check.EXERCISES["causal_mask"].driver, "equal", check.drivers.exactly_equal)
+    with pytest.raises(RuntimeError, match="ambiguous"):
+        check.causal_mask(mask_as_numpy)
+
+
 def test_length_one_comes_last_so_the_inverted_mask_is_named():
-    strict = next(m for m in check.EXERCISES["causal_mask"].mistakes if "diagonal" in m.sentence)
-    inverted = next(m for m in check.EXERCISES["causal_mask"].mistakes if "inverted" in m.sentence)
+    strict = check.EXERCISES["causal_mask"].mistake("diagonal-excluded")
+    inverted = check.EXERCISES["causal_mask"].mistake("mask-inverted")
     # at n = 1 the strict triangle and the inverted mask agree: the name comes from a larger n
     assert torch.equal(strict.impl(1), inverted.impl(1))
     with pytest.raises(check.CheckFailed, match="Likely mistake: the mask is inverted"):

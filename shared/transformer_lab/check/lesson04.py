@@ -5,17 +5,15 @@ from __future__ import annotations
 import torch
 
 from .. import positional as _positional
+from .drivers import CustomDriver, FunctionDriver
 from .engine import (
+    TOLERANCES,
     Case,
-    CheckFailed,
     Exercise,
     ImplementThisYourself,
     Mistake,
-    _compare_tensor,
-    _diagnose,
-    _register,
-    _run,
-    _run_student,
+    compare_tensor,
+    fail,
 )
 
 __all__ = ["rotary_embedding", "sinusoidal_positional_encoding"]
@@ -68,51 +66,6 @@ def _pe_odd_rounded_up(n_positions, d_model):
     return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d))
 
 
-_SINUSOIDAL_EX = _register(
-    Exercise(
-        name="sinusoidal_positional_encoding",
-        lesson="04",
-        module="positional",
-        reference=_positional.sinusoidal_positional_encoding,
-        forbidden=(
-            "transformer_lab.positional.sinusoidal_positional_encoding",
-            "transformer_lab.positional.SinusoidalPositionalEncoding",
-            "transformer_lab.positional._frequencies",
-            "transformer_lab.sinusoidal_positional_encoding",
-            "transformer_lab.SinusoidalPositionalEncoding",
-        ),
-        mistakes=[
-            Mistake(
-                "sin and cos are swapped: even columns 2k hold sin(t·ω_k), odd columns 2k+1 hold "
-                "cos(t·ω_k).",
-                _pe_swapped,
-            ),
-            Mistake(
-                "the exponent is k/d_model; it must be 2k/d_model (ω_k = 10000^(−2k/d_model) for "
-                "the pair of columns 2k, 2k+1).",
-                _pe_k_over_d,
-            ),
-            Mistake("the base is 1000; the paper uses 10000.", _pe_base_1000),
-            Mistake(
-                "your frequencies grow with k: ω_k = 10000^(−2k/d_model) = 1 / 10000^(2k/d_model) "
-                "(mind the minus sign).",
-                _pe_growing,
-            ),
-            Mistake(
-                "the two columns of a pair must share one frequency: column 2k+1 uses ω_k, the "
-                "same as column 2k, not a frequency of its own.",
-                _pe_per_column,
-            ),
-            Mistake(
-                "odd d_model is mishandled: keep d_model itself in ω_k = 10000^(−2k/d_model) and "
-                "let the last sin column have no cos partner.",
-                _pe_odd_rounded_up,
-            ),
-        ],
-    )
-)
-
-
 def _sinusoidal_cases(thorough: bool) -> list[Case]:
     def case(n, d):
         return Case(f"n_positions={n}, d_model={d}", lambda g: (n, d))
@@ -123,54 +76,89 @@ def _sinusoidal_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def _check_sinusoidal(ex: Exercise, student_fn, thorough: bool) -> int:
-    dtype, device = torch.float32, torch.device("cpu")  # tolerance: float32's
-    n = 0
-    for case in _sinusoidal_cases(thorough):
-        args = case.make(None)  # (n_positions, d_model), passed by position
+def _close(a, b) -> bool:
+    """Equal within float32's tolerance (how a mistake's table is matched with the student's)."""
+    atol, rtol = TOLERANCES[torch.float32]
+    return (
+        isinstance(a, torch.Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True)
+    )
+
+
+def _check_sinusoidal(ex: Exercise, student_fn, thorough: bool) -> tuple[int, str]:
+    """Every table entry at float32's tolerance; the arguments are passed by position."""
+    dtype, device = torch.float32, torch.device("cpu")
+    cases = _sinusoidal_cases(thorough)
+    for case in cases:
+        args = case.make(None)  # (n_positions, d_model)
         expected = ex.reference(*args).double()
         try:
-            got = _run_student(ex, student_fn, lambda: student_fn(*args))  # noqa: B023
+            got = ex.run_student(student_fn, lambda: student_fn(*args))  # noqa: B023
         except (ImplementThisYourself, NotImplementedError):
             raise
         except Exception as err:
-            raise CheckFailed(
-                f"{ex.name}: your function raised {type(err).__name__}: {err}\n  case: {case.label}"
-            ) from None
-        problem = None
+            fail(ex, f"your function raised {type(err).__name__}: {err}", case.label, cause=err)
         if not isinstance(got, torch.Tensor):
-            problem = f"the table should be a tensor but is a {type(got).__name__}"
-        elif not got.is_floating_point():
-            problem = f"the table should be floating point but has dtype {got.dtype}"
+            fail(ex, f"the table should be a tensor but is a {type(got).__name__}", case.label)
+        if got.is_floating_point():
+            problem = compare_tensor(expected, got.double(), "the table", dtype, device)
         else:
-            problem = _compare_tensor(expected, got.double(), "the table", dtype, device)
+            problem = f"the table should be floating point but has dtype {got.dtype}"
         if problem:
-            hint = ""
-            if isinstance(got, torch.Tensor):
-                hint = _diagnose(
-                    ex,
-                    lambda impl, args=args: impl(*args),
-                    expected,
-                    got.double(),
-                    dtype,
-                    device,  # noqa: B023
-                )
-            raise CheckFailed(f"{ex.name}: {problem}\n  case: {case.label}{hint}") from None
-        n += 1
-    return n
+            mistake = ex.diagnose(lambda impl: impl(*args), got.double(), expected, _close)  # noqa: B023
+            fail(ex, problem, case.label, mistake)
+    return len(cases), "every table entry, even and odd d_model, float32 tolerance"
 
 
-def sinusoidal_positional_encoding(student_fn, thorough: bool = False) -> bool:
-    """Check sinusoidal_positional_encoding(n_positions, d_model) -> (n_positions, d_model)."""
-    what = "every table entry, even and odd d_model, float32 tolerance"
-    return _run(
-        _SINUSOIDAL_EX,
-        student_fn,
-        None,
-        None,
-        thorough,
-        lambda ex, fn, th: (_check_sinusoidal(ex, fn, th), what),
-    )
+sinusoidal_positional_encoding = Exercise(
+    name="sinusoidal_positional_encoding",
+    lesson="04",
+    module="positional",
+    reference=_positional.sinusoidal_positional_encoding,
+    forbidden=(
+        "transformer_lab.positional.sinusoidal_positional_encoding",
+        "transformer_lab.positional.SinusoidalPositionalEncoding",
+        "transformer_lab.positional._frequencies",
+        "transformer_lab.sinusoidal_positional_encoding",
+        "transformer_lab.SinusoidalPositionalEncoding",
+    ),
+    mistakes=[
+        Mistake(
+            "sin-cos-swapped",
+            "sin and cos are swapped: even columns 2k hold sin(t·ω_k), odd columns 2k+1 hold "
+            "cos(t·ω_k).",
+            _pe_swapped,
+        ),
+        Mistake(
+            "k-over-d",
+            "the exponent is k/d_model; it must be 2k/d_model (ω_k = 10000^(−2k/d_model) for "
+            "the pair of columns 2k, 2k+1).",
+            _pe_k_over_d,
+        ),
+        Mistake("base-1000", "the base is 1000; the paper uses 10000.", _pe_base_1000),
+        Mistake(
+            "growing-frequencies",
+            "your frequencies grow with k: ω_k = 10000^(−2k/d_model) = 1 / 10000^(2k/d_model) "
+            "(mind the minus sign).",
+            _pe_growing,
+        ),
+        Mistake(
+            "per-column-frequency",
+            "the two columns of a pair must share one frequency: column 2k+1 uses ω_k, the "
+            "same as column 2k, not a frequency of its own.",
+            _pe_per_column,
+        ),
+        Mistake(
+            "odd-d_model-rounded-up",
+            "odd d_model is mishandled: keep d_model itself in ω_k = 10000^(−2k/d_model) and "
+            "let the last sin column have no cos partner.",
+            _pe_odd_rounded_up,
+        ),
+    ],
+    driver=CustomDriver(_check_sinusoidal),
+    doc="sinusoidal_positional_encoding(n_positions, d_model) -> (n_positions, d_model)",
+)
 
 
 # ==============================================================================================
@@ -222,46 +210,6 @@ def _rope_positions_ignored(x, positions=None):
     return _rotate_pairs(x, cos, sin)
 
 
-_ROTARY_EX = _register(
-    Exercise(
-        name="rotary_embedding",
-        lesson="04",
-        module="positional",
-        reference=_positional.rotary_embedding,
-        forbidden=(
-            "transformer_lab.positional.rotary_embedding",
-            "transformer_lab.positional._frequencies",
-            "transformer_lab.rotary_embedding",
-        ),
-        mistakes=[
-            Mistake(
-                "you rotate by −angle: the pair (x_2k, x_2k+1) becomes "
-                "(x_2k cos θ − x_2k+1 sin θ, x_2k sin θ + x_2k+1 cos θ) with θ = t·ω_k.",
-                _rope_negative,
-            ),
-            Mistake(
-                "rotate-half layout: you pair feature k with feature k + d/2; this exercise pairs "
-                "neighbours (2k, 2k+1) (x[..., 0::2] with x[..., 1::2]).",
-                _rope_rotate_half,
-            ),
-            Mistake(
-                "the exponent is k/d; pair k turns at ω_k = 10000^(−2k/d).",
-                _rope_k_over_d,
-            ),
-            Mistake(
-                "the frequencies must be one per pair: both features 2k and 2k+1 turn by the "
-                "same angle t·ω_k; yours gives every feature its own frequency.",
-                _rope_per_feature,
-            ),
-            Mistake(
-                "the `positions` argument is ignored: use it (and 0 .. L−1 only when it is None).",
-                _rope_positions_ignored,
-            ),
-        ],
-    )
-)
-
-
 def _rotary_cases(thorough: bool) -> list[Case]:
     def case(shape, positions=None, scale=1.0):
         def make(g):
@@ -286,6 +234,46 @@ def _rotary_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def rotary_embedding(student_fn, thorough: bool = False) -> bool:
-    """Check rotary_embedding(x, positions=None): rotate pairs (2k, 2k+1) of x by t·ω_k."""
-    return _run(_ROTARY_EX, student_fn, _rotary_cases(thorough), ("output",), thorough, "function")
+rotary_embedding = Exercise(
+    name="rotary_embedding",
+    lesson="04",
+    module="positional",
+    reference=_positional.rotary_embedding,
+    forbidden=(
+        "transformer_lab.positional.rotary_embedding",
+        "transformer_lab.positional._frequencies",
+        "transformer_lab.rotary_embedding",
+    ),
+    mistakes=[
+        Mistake(
+            "negative-angle",
+            "you rotate by −angle: the pair (x_2k, x_2k+1) becomes "
+            "(x_2k cos θ − x_2k+1 sin θ, x_2k sin θ + x_2k+1 cos θ) with θ = t·ω_k.",
+            _rope_negative,
+        ),
+        Mistake(
+            "rotate-half",
+            "rotate-half layout: you pair feature k with feature k + d/2; this exercise pairs "
+            "neighbours (2k, 2k+1) (x[..., 0::2] with x[..., 1::2]).",
+            _rope_rotate_half,
+        ),
+        Mistake(
+            "k-over-d",
+            "the exponent is k/d; pair k turns at ω_k = 10000^(−2k/d).",
+            _rope_k_over_d,
+        ),
+        Mistake(
+            "per-feature-frequencies",
+            "the frequencies must be one per pair: both features 2k and 2k+1 turn by the "
+            "same angle t·ω_k; yours gives every feature its own frequency.",
+            _rope_per_feature,
+        ),
+        Mistake(
+            "positions-ignored",
+            "the `positions` argument is ignored: use it (and 0 .. L−1 only when it is None).",
+            _rope_positions_ignored,
+        ),
+    ],
+    driver=FunctionDriver(_rotary_cases, outputs=("output",)),
+    doc="rotary_embedding(x, positions=None): rotate pairs (2k, 2k+1) of x by t·ω_k",
+)

@@ -6,13 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import add_norm as _add_norm
-from .engine import (
-    Case,
-    Exercise,
-    Mistake,
-    _register,
-    _run,
-)
+from .drivers import ModuleDriver
+from .engine import Case, Exercise, Mistake
 
 __all__ = ["EncoderBlock", "FeedForward", "LayerNorm"]
 
@@ -69,63 +64,6 @@ class _LayerNormNoSqrt(_add_norm.LayerNorm):
         return self.weight * (x - mean) / (var + self.eps) + self.bias
 
 
-_LAYER_NORM_EX = _register(
-    Exercise(
-        name="LayerNorm",
-        lesson="05",
-        module="add_norm",
-        reference=_add_norm.LayerNorm,
-        forbidden=(
-            "torch.nn.functional.layer_norm",
-            "torch.nn.LayerNorm",
-            "torch.layer_norm",
-            "torch.native_layer_norm",
-            "torch.nn.functional.group_norm",
-            "torch.nn.GroupNorm",
-            "torch.nn.functional.rms_norm",
-            "transformer_lab.add_norm.LayerNorm",
-            "transformer_lab.LayerNorm",
-        ),
-        mistakes=[
-            Mistake(
-                "the variance is the unbiased one (divided by d_model - 1): LayerNorm uses the "
-                "biased variance, x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1).",
-                _LayerNormUnbiased,
-            ),
-            Mistake(
-                "ε is added outside the square root: divide by sqrt(var + eps), not sqrt(var) + eps.",
-                _LayerNormEpsOutside,
-            ),
-            Mistake(
-                "the statistics are taken over the batch axis (dim=0), as BatchNorm does: "
-                "LayerNorm normalises each position over its features, dim=-1.",
-                _LayerNormBatchAxis,
-            ),
-            Mistake(
-                "the statistics are taken over the sequence axis (dim=-2): LayerNorm normalises "
-                "each position over its d_model features, dim=-1.",
-                _LayerNormSequenceAxis,
-            ),
-            Mistake(
-                "γ and β are not applied: multiply by self.weight and add self.bias after "
-                "normalising.",
-                _LayerNormNoAffine,
-            ),
-            Mistake(
-                "the denominator uses the standard deviation where the variance belongs: "
-                "sqrt(var + eps), with var = mean((x - mean)²), not sqrt(std + eps).",
-                _LayerNormStdForVar,
-            ),
-            Mistake(
-                "the square root is missing: divide by sqrt(var + eps), the standard deviation, "
-                "not by var + eps.",
-                _LayerNormNoSqrt,
-            ),
-        ],
-    )
-)
-
-
 def _layer_norm_cases(thorough: bool) -> list[Case]:
     def case(shape, eps=None, scale=1.0, shift=0.0, label=""):
         def make(g):
@@ -150,11 +88,67 @@ def _layer_norm_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def LayerNorm(student_cls, thorough: bool = False) -> bool:
-    """Check a LayerNorm class: LayerNorm(d_model, eps=1e-5) with `weight`, `bias`; forward(x)."""
-    return _run(
-        _LAYER_NORM_EX, student_cls, _layer_norm_cases(thorough), ("output",), thorough, "module"
-    )
+LayerNorm = Exercise(
+    name="LayerNorm",
+    lesson="05",
+    module="add_norm",
+    reference=_add_norm.LayerNorm,
+    forbidden=(
+        "torch.nn.functional.layer_norm",
+        "torch.nn.LayerNorm",
+        "torch.layer_norm",
+        "torch.native_layer_norm",
+        "torch.nn.functional.group_norm",
+        "torch.nn.GroupNorm",
+        "torch.nn.functional.rms_norm",
+        "transformer_lab.add_norm.LayerNorm",
+        "transformer_lab.LayerNorm",
+    ),
+    mistakes=[
+        Mistake(
+            "unbiased-variance",
+            "the variance is the unbiased one (divided by d_model - 1): LayerNorm uses the "
+            "biased variance, x.var(-1, unbiased=False) or ((x - mean)**2).mean(-1).",
+            _LayerNormUnbiased,
+        ),
+        Mistake(
+            "eps-outside-sqrt",
+            "ε is added outside the square root: divide by sqrt(var + eps), not sqrt(var) + eps.",
+            _LayerNormEpsOutside,
+        ),
+        Mistake(
+            "batch-axis",
+            "the statistics are taken over the batch axis (dim=0), as BatchNorm does: "
+            "LayerNorm normalises each position over its features, dim=-1.",
+            _LayerNormBatchAxis,
+        ),
+        Mistake(
+            "sequence-axis",
+            "the statistics are taken over the sequence axis (dim=-2): LayerNorm normalises "
+            "each position over its d_model features, dim=-1.",
+            _LayerNormSequenceAxis,
+        ),
+        Mistake(
+            "no-affine",
+            "γ and β are not applied: multiply by self.weight and add self.bias after normalising.",
+            _LayerNormNoAffine,
+        ),
+        Mistake(
+            "std-for-var",
+            "the denominator uses the standard deviation where the variance belongs: "
+            "sqrt(var + eps), with var = mean((x - mean)²), not sqrt(std + eps).",
+            _LayerNormStdForVar,
+        ),
+        Mistake(
+            "no-sqrt",
+            "the square root is missing: divide by sqrt(var + eps), the standard deviation, "
+            "not by var + eps.",
+            _LayerNormNoSqrt,
+        ),
+    ],
+    driver=ModuleDriver(_layer_norm_cases, outputs=("output",)),
+    doc="a LayerNorm class: LayerNorm(d_model, eps=1e-5) with `weight`, `bias`; forward(x)",
+)
 
 
 # ==============================================================================================
@@ -186,47 +180,6 @@ class _FFNResidual(_add_norm.FeedForward):
         return x + self.w_2(torch.relu(self.w_1(x)))
 
 
-_FFN_EX = _register(
-    Exercise(
-        name="FeedForward",
-        lesson="05",
-        module="add_norm",
-        reference=_add_norm.FeedForward,
-        forbidden=(
-            "transformer_lab.add_norm.FeedForward",
-            "transformer_lab.FeedForward",
-            "torch.nn.TransformerEncoderLayer",
-        ),
-        mistakes=[
-            Mistake(
-                "there is no activation between w_1 and w_2, so the two layers collapse into one "
-                "linear map: FFN(x) = w_2(relu(w_1(x))).",
-                _FFNNoActivation,
-            ),
-            Mistake(
-                "the ReLU is applied after w_2 as well: the FFN's output is w_2(...) itself, "
-                "negative values included.",
-                _FFNActivationTwice,
-            ),
-            Mistake(
-                "w_1 and w_2 are used in the wrong order: w_1 (d_model -> d_ff) comes first, "
-                "w_2 (d_ff -> d_model) last.",
-                _FFNSwapped,
-            ),
-            Mistake(
-                "the activation is GELU: this exercise's FeedForward uses ReLU, as the 2017 paper.",
-                _FFNGelu,
-            ),
-            Mistake(
-                "the FFN adds its input (x + ...): the residual connection belongs to the encoder "
-                "block, not to FeedForward.",
-                _FFNResidual,
-            ),
-        ],
-    )
-)
-
-
 def _ffn_cases(thorough: bool) -> list[Case]:
     def case(shape, d_ff, label=""):
         def make(g):
@@ -249,9 +202,50 @@ def _ffn_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def FeedForward(student_cls, thorough: bool = False) -> bool:
-    """Check a FeedForward class: FeedForward(d_model, d_ff) with w_1, w_2; forward(x)."""
-    return _run(_FFN_EX, student_cls, _ffn_cases(thorough), ("output",), thorough, "module")
+FeedForward = Exercise(
+    name="FeedForward",
+    lesson="05",
+    module="add_norm",
+    reference=_add_norm.FeedForward,
+    forbidden=(
+        "transformer_lab.add_norm.FeedForward",
+        "transformer_lab.FeedForward",
+        "torch.nn.TransformerEncoderLayer",
+    ),
+    mistakes=[
+        Mistake(
+            "no-activation",
+            "there is no activation between w_1 and w_2, so the two layers collapse into one "
+            "linear map: FFN(x) = w_2(relu(w_1(x))).",
+            _FFNNoActivation,
+        ),
+        Mistake(
+            "relu-after-w_2",
+            "the ReLU is applied after w_2 as well: the FFN's output is w_2(...) itself, "
+            "negative values included.",
+            _FFNActivationTwice,
+        ),
+        Mistake(
+            "w_1-w_2-swapped",
+            "w_1 and w_2 are used in the wrong order: w_1 (d_model -> d_ff) comes first, "
+            "w_2 (d_ff -> d_model) last.",
+            _FFNSwapped,
+        ),
+        Mistake(
+            "gelu",
+            "the activation is GELU: this exercise's FeedForward uses ReLU, as the 2017 paper.",
+            _FFNGelu,
+        ),
+        Mistake(
+            "residual-inside",
+            "the FFN adds its input (x + ...): the residual connection belongs to the encoder "
+            "block, not to FeedForward.",
+            _FFNResidual,
+        ),
+    ],
+    driver=ModuleDriver(_ffn_cases, outputs=("output",)),
+    doc="a FeedForward class: FeedForward(d_model, d_ff) with w_1, w_2; forward(x)",
+)
 
 
 # ==============================================================================================
@@ -311,54 +305,6 @@ class _BlockSharedNorm(_add_norm.EncoderBlock):
         return self.norm1(x + self.ffn(x))
 
 
-_BLOCK_EX = _register(
-    Exercise(
-        name="EncoderBlock",
-        lesson="05",
-        module="add_norm",
-        reference=_add_norm.EncoderBlock,
-        forbidden=(
-            "transformer_lab.add_norm.EncoderBlock",
-            "transformer_lab.EncoderBlock",
-            "torch.nn.TransformerEncoderLayer",
-            "torch.nn.TransformerEncoder",
-            "torch._transformer_encoder_layer_fwd",
-        ),
-        mistakes=[
-            # norm_first ignored first: on a pre-norm case it equals the swapped mutant.
-            Mistake(
-                "norm_first is ignored: with norm_first=True each sub-layer sees norm(x) and the "
-                "residual adds the sub-layer's output to the un-normalised x.",
-                _BlockPostNormOnly,
-            ),
-            Mistake(
-                "pre-norm and post-norm are swapped: norm_first=False (post-norm) is "
-                "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is x = x + sublayer(norm(x)).",
-                _BlockNormSwapped,
-            ),
-            Mistake(
-                "the residual connection around the FFN is missing: add the FFN's input back, "
-                "x + ffn(...).",
-                _BlockNoFFNResidual,
-            ),
-            Mistake(
-                "the residual adds norm(x) instead of x: the skip path must carry x itself "
-                "(post-norm: norm(x + sublayer(x)); pre-norm: x + sublayer(norm(x))).",
-                _BlockNormedResidual,
-            ),
-            Mistake(
-                "the mask is ignored: pass it on to the attention, self.self_attn(..., mask=mask).",
-                _BlockIgnoresMask,
-            ),
-            Mistake(
-                "norm1 is used for both sub-layers: the FFN's sub-layer has its own norm2.",
-                _BlockSharedNorm,
-            ),
-        ],
-    )
-)
-
-
 def _block_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_model, n_heads, d_ff, norm_first, mask=None):
         def make(g):
@@ -392,6 +338,55 @@ def _block_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def EncoderBlock(student_cls, thorough: bool = False) -> bool:
-    """Check EncoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False); forward(x, mask)."""
-    return _run(_BLOCK_EX, student_cls, _block_cases(thorough), ("output",), thorough, "module")
+EncoderBlock = Exercise(
+    name="EncoderBlock",
+    lesson="05",
+    module="add_norm",
+    reference=_add_norm.EncoderBlock,
+    forbidden=(
+        "transformer_lab.add_norm.EncoderBlock",
+        "transformer_lab.EncoderBlock",
+        "torch.nn.TransformerEncoderLayer",
+        "torch.nn.TransformerEncoder",
+        "torch._transformer_encoder_layer_fwd",
+    ),
+    mistakes=[
+        # norm_first ignored first: on a pre-norm case it equals the swapped mutant.
+        Mistake(
+            "norm_first-ignored",
+            "norm_first is ignored: with norm_first=True each sub-layer sees norm(x) and the "
+            "residual adds the sub-layer's output to the un-normalised x.",
+            _BlockPostNormOnly,
+        ),
+        Mistake(
+            "pre-post-swapped",
+            "pre-norm and post-norm are swapped: norm_first=False (post-norm) is "
+            "x = norm(x + sublayer(x)); norm_first=True (pre-norm) is x = x + sublayer(norm(x)).",
+            _BlockNormSwapped,
+        ),
+        Mistake(
+            "no-ffn-residual",
+            "the residual connection around the FFN is missing: add the FFN's input back, "
+            "x + ffn(...).",
+            _BlockNoFFNResidual,
+        ),
+        Mistake(
+            "normed-residual",
+            "the residual adds norm(x) instead of x: the skip path must carry x itself "
+            "(post-norm: norm(x + sublayer(x)); pre-norm: x + sublayer(norm(x))).",
+            _BlockNormedResidual,
+        ),
+        Mistake(
+            "mask-ignored",
+            "the mask is ignored: pass it on to the attention, self.self_attn(..., mask=mask).",
+            _BlockIgnoresMask,
+        ),
+        Mistake(
+            "shared-norm",
+            "norm1 is used for both sub-layers: the FFN's sub-layer has its own norm2.",
+            _BlockSharedNorm,
+        ),
+    ],
+    driver=ModuleDriver(_block_cases, outputs=("output",)),
+    doc="EncoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False); forward(x, mask)",
+)

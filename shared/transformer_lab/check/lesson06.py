@@ -7,16 +7,8 @@ import math
 import torch
 
 from .. import masking as _masking
-from .engine import (
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    _identical,
-    _register,
-    _run,
-    _run_student,
-)
+from .drivers import Call, ExactDriver, exactly_equal
+from .engine import Exercise, Mistake, fail
 
 __all__ = ["alpha_22", "causal_mask", "padding_mask"]
 
@@ -45,37 +37,12 @@ def _describe(expected: torch.Tensor, got) -> str:
     )
 
 
-def _check_cases(ex: Exercise, student_fn, calls: list[tuple[str, dict]]) -> int:
-    """Run every call on the reference, the student's function and, on a failure, the mutants."""
-    for label, kwargs in calls:
-        expected = ex.reference(**kwargs)
-        try:
-            got = _run_student(ex, student_fn, lambda: student_fn(**kwargs))  # noqa: B023
-        except (ImplementThisYourself, NotImplementedError):
-            raise
-        except Exception as err:
-            raise CheckFailed(f"{ex.name}: {label} raised {type(err).__name__}: {err}") from None
-        if _identical(got, expected):
-            continue
-        hint = ""
-        for mistake in ex.mistakes:
-            try:
-                wrong = mistake.impl(**kwargs)
-            except Exception:
-                continue
-            if _identical(wrong, got) and not _identical(wrong, expected):
-                hint = f"\nLikely mistake: {mistake.sentence}"
-                break
-        raise CheckFailed(f"{ex.name}: {_describe(expected, got)}\n  case: {label}{hint}")
-    return len(calls)
+def _identical(got, expected) -> bool:
+    """Exactly the mask expected: a tensor of the same dtype, shape, device type and entries."""
+    return isinstance(expected, torch.Tensor) and exactly_equal(got, expected)
 
 
-def _run_cases(ex: Exercise, student_fn, calls: list[tuple[str, dict]], thorough: bool) -> bool:
-    """The engine's _run with an exact (bool) comparison of every call."""
-    what = "exact dtype, shape and values"
-    return _run(
-        ex, student_fn, None, None, thorough, lambda ex, fn, th: (_check_cases(ex, fn, calls), what)
-    )
+_COVERED = "exact dtype, shape and values"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -102,55 +69,58 @@ def _causal_additive(n):
     return torch.full((n, n), float("-inf")).triu(1)
 
 
-_CAUSAL_EX = _register(
-    Exercise(
-        name="causal_mask",
-        lesson="06",
-        module="masking",
-        reference=_masking.causal_mask,
-        forbidden=(
-            "transformer_lab.masking.causal_mask",
-            "transformer_lab.causal_mask",
-            "torch.nn.Transformer.generate_square_subsequent_mask",
-            "torch.nn.modules.transformer._generate_square_subsequent_mask",
-        ),
-        mistakes=[
-            Mistake(
-                "the diagonal is excluded: position i may attend to itself too, so use "
-                "tril() (diagonal=0), not tril(-1).",
-                _causal_strict,
-            ),
-            Mistake(
-                "your mask lets each position see the future (upper triangle): True belongs on "
-                "and *below* the diagonal (tril).",
-                _causal_upper,
-            ),
-            Mistake(
-                "the mask is a float tensor: the course's masks are bool (dtype=torch.bool), "
-                "True = may attend.",
-                _causal_float,
-            ),
-            Mistake(
-                "the mask is inverted: True means 'may attend', so the past and the diagonal "
-                "must be True and the future False.",
-                _causal_inverted,
-            ),
-            Mistake(
-                "you returned an additive float mask (0 / -inf); the contract asks for a bool "
-                "mask, True = may attend.",
-                _causal_additive,
-            ),
-        ],
-    )
-)
-
-
-def causal_mask(student_fn, thorough: bool = False) -> bool:
-    """Check causal_mask(n) -> bool (n, n), True on and below the diagonal."""
+def _causal_cases(thorough: bool) -> list[Call]:
     # n = 1 last: there several mutants agree, so an earlier size names the mistake.
     sizes = [3, 5, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 0, 1]
-    calls = [(f"causal_mask({n})", {"n": n}) for n in sizes]
-    return _run_cases(_CAUSAL_EX, student_fn, calls, thorough)
+    return [Call((), {"n": n}, label=f"causal_mask({n})") for n in sizes]
+
+
+causal_mask = Exercise(
+    name="causal_mask",
+    lesson="06",
+    module="masking",
+    reference=_masking.causal_mask,
+    forbidden=(
+        "transformer_lab.masking.causal_mask",
+        "transformer_lab.causal_mask",
+        "torch.nn.Transformer.generate_square_subsequent_mask",
+        "torch.nn.modules.transformer._generate_square_subsequent_mask",
+    ),
+    mistakes=[
+        Mistake(
+            "diagonal-excluded",
+            "the diagonal is excluded: position i may attend to itself too, so use "
+            "tril() (diagonal=0), not tril(-1).",
+            _causal_strict,
+        ),
+        Mistake(
+            "upper-triangle",
+            "your mask lets each position see the future (upper triangle): True belongs on "
+            "and *below* the diagonal (tril).",
+            _causal_upper,
+        ),
+        Mistake(
+            "float-mask",
+            "the mask is a float tensor: the course's masks are bool (dtype=torch.bool), "
+            "True = may attend.",
+            _causal_float,
+        ),
+        Mistake(
+            "mask-inverted",
+            "the mask is inverted: True means 'may attend', so the past and the diagonal "
+            "must be True and the future False.",
+            _causal_inverted,
+        ),
+        Mistake(
+            "additive-mask",
+            "you returned an additive float mask (0 / -inf); the contract asks for a bool "
+            "mask, True = may attend.",
+            _causal_additive,
+        ),
+    ],
+    driver=ExactDriver(_causal_cases, covered=_COVERED, equal=_identical, describe=_describe),
+    doc="causal_mask(n) -> bool (n, n), True on and below the diagonal",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,44 +147,6 @@ def _padding_int(tokens, pad_id):
     return (tokens != pad_id).long()[:, None, None, :]
 
 
-_PADDING_EX = _register(
-    Exercise(
-        name="padding_mask",
-        lesson="06",
-        module="masking",
-        reference=_masking.padding_mask,
-        forbidden=("transformer_lab.masking.padding_mask", "transformer_lab.padding_mask"),
-        mistakes=[
-            Mistake(
-                "the mask has shape (B, L): add two singleton axes, (B, 1, 1, L), so it "
-                "broadcasts over the heads and the queries.",
-                _padding_flat,
-            ),
-            Mistake(
-                "the padding runs along the query axis, (B, 1, L, 1): padding is about *keys*, "
-                "so the L axis must be the last one, (B, 1, 1, L).",
-                _padding_query_axis,
-            ),
-            Mistake(
-                "the mask is inverted: True means 'may attend', so real tokens are True and "
-                "padding is False (tokens != pad_id).",
-                _padding_inverted,
-            ),
-            Mistake(
-                "pad_id is hard-coded to 0: compare with the pad_id argument (BERT's is 0, "
-                "GPT-2's and BART's are not).",
-                _padding_pad_zero,
-            ),
-            Mistake(
-                "the mask holds integers: keep the bool result of the comparison (no .long() / "
-                ".int() / .float()).",
-                _padding_int,
-            ),
-        ],
-    )
-)
-
-
 def _token_batch(seed: int, B: int, L: int, pad_id: int, vocab: int = 12) -> torch.Tensor:
     """Random ids in [0, vocab) other than pad_id, each row right-padded by a random amount."""
     g = torch.Generator().manual_seed(seed)
@@ -229,8 +161,7 @@ def _token_batch(seed: int, B: int, L: int, pad_id: int, vocab: int = 12) -> tor
     return tokens
 
 
-def padding_mask(student_fn, thorough: bool = False) -> bool:
-    """Check padding_mask(tokens (B, L), pad_id) -> bool (B, 1, 1, L), False at padding."""
+def _padding_cases(thorough: bool) -> list[Call]:
     grid = [(2, 5, 0), (3, 4, 1)]
     if thorough:
         grid += [(1, 6, 3), (4, 7, 2), (2, 9, 11), (5, 3, 0), (3, 16, 7), (1, 1, 0)]
@@ -240,8 +171,51 @@ def padding_mask(student_fn, thorough: bool = False) -> bool:
         label = (
             f"padding_mask(tokens {tuple(tokens.shape)}, pad_id={pad_id}), tokens={tokens.tolist()}"
         )
-        calls.append((label, {"tokens": tokens, "pad_id": pad_id}))
-    return _run_cases(_PADDING_EX, student_fn, calls, thorough)
+        calls.append(Call((), {"tokens": tokens, "pad_id": pad_id}, label=label))
+    return calls
+
+
+padding_mask = Exercise(
+    name="padding_mask",
+    lesson="06",
+    module="masking",
+    reference=_masking.padding_mask,
+    forbidden=("transformer_lab.masking.padding_mask", "transformer_lab.padding_mask"),
+    mistakes=[
+        Mistake(
+            "flat-shape",
+            "the mask has shape (B, L): add two singleton axes, (B, 1, 1, L), so it "
+            "broadcasts over the heads and the queries.",
+            _padding_flat,
+        ),
+        Mistake(
+            "query-axis",
+            "the padding runs along the query axis, (B, 1, L, 1): padding is about *keys*, "
+            "so the L axis must be the last one, (B, 1, 1, L).",
+            _padding_query_axis,
+        ),
+        Mistake(
+            "mask-inverted",
+            "the mask is inverted: True means 'may attend', so real tokens are True and "
+            "padding is False (tokens != pad_id).",
+            _padding_inverted,
+        ),
+        Mistake(
+            "pad_id-zero",
+            "pad_id is hard-coded to 0: compare with the pad_id argument (BERT's is 0, "
+            "GPT-2's and BART's are not).",
+            _padding_pad_zero,
+        ),
+        Mistake(
+            "int-mask",
+            "the mask holds integers: keep the bool result of the comparison (no .long() / "
+            ".int() / .float()).",
+            _padding_int,
+        ),
+    ],
+    driver=ExactDriver(_padding_cases, covered=_COVERED, equal=_identical, describe=_describe),
+    doc="padding_mask(tokens (B, L), pad_id) -> bool (B, 1, 1, L), False at padding",
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,22 +230,33 @@ SCORES = [
 ]
 
 _E = math.e
+# A practice answer is one number, not an exercise: each catalogued mistake is the wrong value it
+# gives (matched to within 1e-3), named through `fail` like every other mistake.
 _ALPHA_22_MISTAKES = [
     (
         0.0,
-        "α_22 is the weight of position 2 on *itself*: the causal mask keeps the diagonal "
-        "(True on and below it), so that weight is not masked to 0.",
+        Mistake(
+            "diagonal-masked",
+            "α_22 is the weight of position 2 on *itself*: the causal mask keeps the diagonal "
+            "(True on and below it), so that weight is not masked to 0.",
+        ),
     ),
     (
         _E / (2 * _E + 1 / _E + 1),
-        "that is the weight without the mask (or with the future zeroed *after* the softmax): "
-        "the scores of columns 3 and 4 lie in the future, are set to -inf before the softmax "
-        "and drop out of the sum.",
+        Mistake(
+            "no-mask",
+            "that is the weight without the mask (or with the future zeroed *after* the softmax): "
+            "the scores of columns 3 and 4 lie in the future, are set to -inf before the softmax "
+            "and drop out of the sum.",
+        ),
     ),
     (
         1.0,
-        "position 2 sees two keys, columns 1 and 2, with the same score 1: the softmax shares "
-        "the weight between them, it does not give it all to the diagonal.",
+        Mistake(
+            "all-on-diagonal",
+            "position 2 sees two keys, columns 1 and 2, with the same score 1: the softmax shares "
+            "the weight between them, it does not give it all to the diagonal.",
+        ),
     ),
 ]
 
@@ -282,24 +267,20 @@ def _alpha_22_expected() -> float:
     return torch.softmax(masked, dim=-1)[1, 1].item()  # row 2, column 2 counting from 1
 
 
-def alpha_22(value, thorough: bool = False) -> bool:
+def alpha_22(value, thorough: bool = False) -> None:
     """Check the practice answer α_22 (a number, to within 1e-3)."""
     if value is ... or value is None:
-        raise CheckFailed("alpha_22: replace the ... with your answer, a number")
+        fail("alpha_22", "replace the ... with your answer, a number")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise CheckFailed(
-            f"alpha_22: the answer should be a number, got {type(value).__name__}"
-        ) from None
+        fail("alpha_22", f"the answer should be a number, got {type(value).__name__}")
     if abs(number - _alpha_22_expected()) <= 1e-3:
         print(f"✓ alpha_22: {number:g} is right")
         return None
-    hint = ""
-    for wrong, sentence in _ALPHA_22_MISTAKES:
-        if abs(number - wrong) <= 1e-3:
-            hint = f"\nLikely mistake: {sentence}"
-            break
-    raise CheckFailed(
-        f"alpha_22: {number:g} is not the weight α_22 (row 2, column 2, counting from 1){hint}"
+    mistake = next((m for wrong, m in _ALPHA_22_MISTAKES if abs(number - wrong) <= 1e-3), None)
+    fail(
+        "alpha_22",
+        f"{number:g} is not the weight α_22 (row 2, column 2, counting from 1)",
+        mistake=mistake,
     )

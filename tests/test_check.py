@@ -473,3 +473,17 @@ def test_trial_driver_names_the_mistake_whose_finding_matches():
     with pytest.raises(check.CheckFailed, match="your function raised ValueError: no") as info:
         driver.run(ex, crashes, thorough=False)
     assert isinstance(info.value.cause, ValueError)
+
+
+def test_exactly_equal_is_false_not_a_crash_for_arrays_against_tensors():
+    """A student's NumPy result against a reference tensor (either way round) is 'not equal', so
+    the check names it instead of crashing with "Boolean value of Tensor ... is ambiguous"."""
+    import numpy as np
+
+    from transformer_lab.check.drivers import exactly_equal
+
+    mask = torch.ones(3, dtype=torch.bool)
+    assert exactly_equal(np.ones(3, bool), mask) is False
+    assert exactly_equal(mask, np.ones(3, bool)) is False
+    assert exactly_equal(mask.clone(), mask) is True
+    assert exactly_equal([1, 2], [1, 2]) is True

@@ -196,11 +196,14 @@ class Call:
 def exactly_equal(got, expected) -> bool:
     """Exact equality: tensors by dtype, shape, device and entries; numbers by value (a bool is not
     a number); anything else by ==."""
-    if isinstance(expected, torch.Tensor):
+    if isinstance(expected, torch.Tensor) or isinstance(got, torch.Tensor):
         return _engine._identical(got, expected)
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
-    return got == expected
+    try:  # e.g. a NumPy array against a list: an ambiguous truth value is not equality
+        return bool(got == expected)
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 class ExactDriver(Driver):

@@ -302,6 +302,9 @@ def _compare_tensor(expected, got, what: str, dtype, device) -> str | None:
     )
 
 
+compare_tensor = _compare_tensor  # public: a lesson module's own tolerance comparison
+
+
 def _compare_outputs(expected, got, names: tuple[str, ...], dtype, device) -> str | None:
     expected, got_t = _as_tuple(expected), _as_tuple(got)
     if len(got_t) != len(expected) or (len(expected) > 1 and not isinstance(got, (tuple, list))):

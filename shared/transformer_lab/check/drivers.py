@@ -308,7 +308,7 @@ class TrialDriver(Driver):
             except Exception:
                 continue
             if (
-                theirs is not None
+                isinstance(theirs, Finding)
                 and theirs.tag == finding.tag
                 and self.matches(finding.evidence, theirs.evidence)
             ):

@@ -185,24 +185,38 @@ def test_passing_function_is_saved_into_the_students_package(tmp_path):
 # names each one too, so the student sees the sentence before grading.
 
 CATALOGUE = [
-    (name, i)
+    (name, m.key)
     for name in ("text_infilling", "sentence_permutation", "document_rotation")
-    for i in range(len(check.EXERCISES[name].mistakes))
+    for m in check.EXERCISES[name].mistakes
 ]
 
 
-@pytest.mark.parametrize("name,index", CATALOGUE, ids=[f"{n}-{i}" for n, i in CATALOGUE])
-def test_visible_check_names_each_catalogued_mistake(name, index):
-    mistake = check.EXERCISES[name].mistakes[index]
+@pytest.mark.parametrize("name,key", CATALOGUE, ids=[f"{n}-{k}" for n, k in CATALOGUE])
+def test_visible_check_names_each_catalogued_mistake(name, key):
+    mistake = check.EXERCISES[name].mistake(key)
+    # The global-generator mistakes draw from torch's global generator: from about 1 state in 144
+    # the two seeded pairs of 12-token rotations coincide by chance, so fix the state (as
+    # tests/check_messages.py does) instead of depending on what earlier tests left there.
+    torch.manual_seed(0)
     with pytest.raises(check.CheckFailed) as info:
         getattr(check, name)(mistake.impl)
     assert f"Likely mistake: {mistake.sentence}" in str(info.value)
 
 
+def _broken_property(name, impl):
+    """The property impl breaks first in the thorough suite (the tag of its finding), or None."""
+    trial = check.EXERCISES[name].driver.trial
+    try:
+        finding = trial(impl, True, None, lambda thunk, *_: thunk())
+    except Exception:
+        return None
+    return getattr(finding, "tag", None)
+
+
 def test_each_mistake_breaks_its_own_property():
     """Distinct keys: a student's failure is matched to one mistake only."""
-    for name, suite in SUITES.items():
-        keys = [lesson10._fingerprint(suite, m.impl, True) for m in check.EXERCISES[name].mistakes]
+    for name in SUITES:
+        keys = [_broken_property(name, m.impl) for m in check.EXERCISES[name].mistakes]
         assert None not in keys and len(set(keys)) == len(keys), (name, keys)
 
 

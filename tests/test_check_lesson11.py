@@ -171,9 +171,7 @@ LESSON_11 = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name,mistake", LESSON_11, ids=[f"{n}-{i}" for i, (n, _) in enumerate(LESSON_11)]
-)
+@pytest.mark.parametrize("name,mistake", LESSON_11, ids=[f"{n}-{m.key}" for n, m in LESSON_11])
 def test_visible_check_names_each_catalogued_mistake(name, mistake):
     with pytest.raises(check.CheckFailed) as info:
         getattr(check, name)(mistake.impl)
@@ -191,8 +189,10 @@ def test_first_patchify_case_tells_every_mistake_apart():
     some pair coincides."""
     case = lesson11._patchify_cases(False)[0]
     inputs = case.make(torch.Generator().manual_seed(0))
+    layouts = ("column-major", "channels-last", "plain-reshape", "hw-swapped")
+    layouts += ("patch-transposed", "axes-swapped")
     outputs = [vit.patchify(**inputs)] + [
-        m.impl(**inputs) for m in check.EXERCISES["patchify"].mistakes[:6]
+        check.EXERCISES["patchify"].mistake(key).impl(**inputs) for key in layouts
     ]
     for i, a in enumerate(outputs):
         for b in outputs[i + 1 :]:
@@ -209,7 +209,8 @@ def test_mutant_cases_with_square_images_cannot_see_swapped_height_and_width(mon
     ]
     monkeypatch.setattr(lesson11, "_patchify_cases", lambda thorough: square)
     monkeypatch.setattr(lesson11, "_check_conv_equivalence", lambda *args: 0)  # its image: 4x6
-    assert check.patchify(lesson11._patchify_hw_swapped, thorough=True) is None
+    hw_swapped = check.EXERCISES["patchify"].mistake("hw-swapped").impl
+    assert check.patchify(hw_swapped, thorough=True) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def only_height_checked(images, patch_size):
     B, C, H, W = images.shape
     if H % patch_size:
         raise ValueError("height")
-    return lesson11._patchify_crops(images, patch_size)
+    return check.EXERCISES["patchify"].mistake("not-rejected").impl(images, patch_size)
 
 
 def raises_type_error(images, patch_size):
@@ -262,9 +263,9 @@ def test_other_wrong_patchify_are_caught(wrong, message):
 def test_the_conv_proof_alone_catches_a_wrong_patch_layout(monkeypatch):
     """With the reference comparison switched off, the Conv2d equivalence still fails a
     channels-last patchify: the proof is a check of its own, not a restatement."""
-    monkeypatch.setattr(lesson11, "_check_function", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(lesson11, "_patchify_cases", lambda thorough: [])
     with pytest.raises(check.CheckFailed, match="do not reproduce the Conv2d"):
-        check.patchify(lesson11._patchify_channels_last)
+        check.patchify(check.EXERCISES["patchify"].mistake("channels-last").impl)
     assert check.patchify(good_patchify) is None
 
 
@@ -444,7 +445,7 @@ def test_a_not_implemented_stub_propagates():
 def test_conv_proof_reports_a_shape_it_cannot_multiply(monkeypatch):
     """A patchify that is right on the comparison cases but wrong elsewhere gets a sentence from
     the Conv2d proof, not a crash inside it."""
-    monkeypatch.setattr(lesson11, "_check_function", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(lesson11, "_patchify_cases", lambda thorough: [])
 
     def flat_on_big_images(images, patch_size):
         out = good_patchify(images, patch_size)

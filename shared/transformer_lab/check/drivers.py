@@ -264,14 +264,16 @@ class TrialDriver(Driver):
     the check as "<what> raised <Error>: <message>"). On a finding the same trial is run for each
     catalogued mistake; the first whose finding has the same tag and ``matches(student's evidence,
     mistake's evidence)`` is named. `settings(thorough)` gives what each case runs under (default:
-    ``[None]``); `covered` is the passing line's summary.
+    ``[None]``); `covered` is the passing line's summary (or a function of `thorough` giving it).
+    A trial that passed may return an int n instead of None: its case then counts as n checks (a
+    case that is a whole suite of calls).
     """
 
     def __init__(
         self,
         cases: Callable[[bool], list],
         trial: Callable,
-        covered: str = "every case",
+        covered: str | Callable[[bool], str] = "every case",
         matches: Callable = lambda a, b: a == b,
         settings: Callable[[bool], list] | None = None,
     ):
@@ -285,15 +287,23 @@ class TrialDriver(Driver):
         return self._settings(thorough) if self._settings else [None]
 
     def covered(self, thorough: bool) -> str:
-        return self._covered
+        return self._covered(thorough) if callable(self._covered) else self._covered
 
-    def run_case(self, ex, student_obj, case, index, setting) -> None:
+    def run(self, ex: Exercise, student_obj, thorough: bool) -> int:
+        cases, n = self.cases(thorough), 0
+        for setting in self.settings(thorough):
+            for index, case in enumerate(cases):
+                passed = self.run_case(ex, student_obj, case, index, setting)
+                n += 1 if passed is None else passed
+        return n
+
+    def run_case(self, ex, student_obj, case, index, setting) -> int | None:
         def student_call(thunk, what, case_text=None):
             return _student_call(ex, student_obj, thunk, what, case_text)
 
         finding = self.trial(student_obj, case, setting, student_call)
-        if finding is None:
-            return
+        if finding is None or isinstance(finding, int):
+            return finding
         named = None
         for mistake in ex.mistakes:
             try:
@@ -301,7 +311,7 @@ class TrialDriver(Driver):
             except Exception:
                 continue
             if (
-                theirs is not None
+                isinstance(theirs, Finding)
                 and theirs.tag == finding.tag
                 and self.matches(finding.evidence, theirs.evidence)
             ):

@@ -32,17 +32,8 @@ import sys
 import torch
 
 from .. import bert as _bert
-from .engine import (
-    Case,
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    _register,
-    _run,
-    available_devices,
-    forbid,
-)
+from .drivers import Finding, FunctionDriver, TrialDriver
+from .engine import Case, Exercise, Mistake, available_devices, forbid
 
 __all__ = ["bert_mask_tokens", "mean_pool", "wordpiece_tokenize"]
 
@@ -140,72 +131,6 @@ def _mask_p_ignored(tokens, mask_id, vocab_size, p=0.15, generator=None, special
     return _ref_mask(tokens, mask_id, vocab_size, 0.15, generator, special_ids)
 
 
-_MASK_EX = _register(
-    Exercise(
-        name="bert_mask_tokens",
-        lesson="09",
-        module="bert",
-        reference=_bert.bert_mask_tokens,
-        forbidden=(
-            "transformer_lab.bert.bert_mask_tokens",
-            "transformer_lab.bert_mask_tokens",
-            "transformer_lab.bart.bert_mask_tokens",
-        ),
-        mistakes=[
-            Mistake(
-                "every chosen position becomes [MASK]: only 80% of them should; 10% get a random "
-                "token and 10% keep their own.",
-                _mask_all_masked,
-            ),
-            Mistake(
-                "labels are set at every position: put the original token at the chosen positions "
-                "only and -100 everywhere else, so that the loss ignores the rest.",
-                _mask_labels_everywhere,
-            ),
-            Mistake(
-                "the labels hold the corrupted inputs: they must hold the original tokens (what "
-                "the model has to recover), e.g. torch.where(chosen, tokens, -100).",
-                _mask_labels_are_inputs,
-            ),
-            Mistake(
-                "the split is the wrong way round (10% [MASK], 10% random, 80% unchanged): of the "
-                "chosen positions 80% become [MASK], 10% a random token, 10% stay unchanged.",
-                _mask_10_10_80,
-            ),
-            Mistake(
-                "p is applied to the [MASK] group instead of to the selection: first choose each "
-                "position with probability p, then split the chosen ones 80/10/10.",
-                _mask_p_on_the_80,
-            ),
-            Mistake(
-                "special tokens were chosen: a position holding an id in special_ids ([CLS], "
-                "[SEP], [PAD], ...) must never be chosen.",
-                _mask_specials_chosen,
-            ),
-            Mistake(
-                "the generator is ignored: pass generator=generator to every torch.rand / "
-                "torch.randint call, so that the same seed gives the same corruption.",
-                _mask_generator_ignored,
-            ),
-            Mistake(
-                "tokens was changed in place: work on a copy (inputs = tokens.clone()) and leave "
-                "the caller's tensor alone.",
-                _mask_in_place,
-            ),
-            Mistake(
-                "the 80/10/10 replacement is applied to positions that were not chosen too: a "
-                "position that is not chosen keeps its token.",
-                _mask_split_everywhere,
-            ),
-            Mistake(
-                "p is ignored: choose each position with probability p (the argument), not always "
-                "0.15.",
-                _mask_p_ignored,
-            ),
-        ],
-    )
-)
-
 # The cases: shape, vocabulary size, [MASK] id, special ids (None: every position may be chosen),
 # p (None: use the default 0.15), token dtype, whether a generator is passed.
 _VISIBLE_MASK_SPECS = [
@@ -291,36 +216,27 @@ def _as_pair(out, tokens) -> tuple[torch.Tensor, torch.Tensor] | str:
     return tuple(out)
 
 
-def _profile(fn, tokens, spec, seed, student_ex=None) -> dict:
+def _profile(fn, tokens, spec, seed, call=None, label=None) -> dict:
     """Run fn three times (seed, the same seed again, another seed) and measure everything.
 
-    student_ex: when given, the calls run with that exercise's built-ins switched off and an
-    exception becomes a CheckFailed naming the case."""
+    call: when given, each call runs as call(thunk, "your function", label) (the TrialDriver's: for
+    the student, built-ins switched off and an exception fails the check naming the case)."""
 
-    def call(s, t):
-        if student_ex is None:
+    def call_mask(s, t):
+        if call is None:
             return _call_mask(fn, t, spec, s)
-        try:
-            with forbid(student_ex.forbidden, fn, student_ex.name):
-                return _call_mask(fn, t, spec, s)
-        except (ImplementThisYourself, NotImplementedError):
-            raise
-        except Exception as err:
-            raise CheckFailed(
-                f"{student_ex.name}: your function raised {type(err).__name__}: {err}\n"
-                f"  case: {_spec_label(spec, tokens.device)}"
-            ) from None
+        return call(lambda: _call_mask(fn, t, spec, s), "your function", label)
 
     work = tokens.clone()
     with torch.random.fork_rng(devices=[]):  # the check leaves the global seed alone
-        first = call(seed, work)
+        first = call_mask(seed, work)
         pair = _as_pair(first, tokens)
         if isinstance(pair, str):
             return {"form": pair}
         inputs, labels = (t.detach().clone() for t in pair)
         in_place = not torch.equal(work, tokens)
-        again = _as_pair(call(seed, tokens.clone()), tokens)
-        other = _as_pair(call(seed + 1, tokens.clone()), tokens)
+        again = _as_pair(call_mask(seed, tokens.clone()), tokens)
+        other = _as_pair(call_mask(seed + 1, tokens.clone()), tokens)
     V, mask_id = spec["V"], spec["mask_id"]
     eligible = _eligible(tokens, spec["specials"])
     chosen = labels != IGNORE
@@ -472,39 +388,111 @@ def profiles_agree(a: dict, b: dict) -> bool:
     return True
 
 
-def _check_masking(ex: Exercise, student_fn, thorough: bool):
-    devices = available_devices() if thorough else [torch.device("cpu")]
-    n = 0
-    for device in devices:
-        for i, spec in enumerate(mask_specs(thorough)):
-            tokens = make_mask_tokens(spec, seed=5000 + i).to(device)
-            p = 0.15 if spec["p"] is None else spec["p"]
-            seed = 6000 + i
-            prof = _profile(student_fn, tokens, spec, seed, student_ex=ex)
-            problem = mask_problem(prof, tokens, spec, p)
-            if problem:
-                hint = ""
-                if not prof["form"]:
-                    for mistake in ex.mistakes:
-                        try:
-                            wrong = _profile(mistake.impl, tokens, spec, seed)
-                        except Exception:
-                            continue
-                        if mask_problem(wrong, tokens, spec, p) and profiles_agree(wrong, prof):
-                            hint = f"\nLikely mistake: {mistake.sentence}"
-                            break
-                raise CheckFailed(
-                    f"{ex.name}: {problem}\n  case: {_spec_label(spec, device)}{hint}"
-                )
-            n += 1
-    where = ", ".join(d.type for d in devices)
-    return n, f"exact properties and the 15% / 80-10-10 statistics on {where}"
+def _devices(thorough: bool) -> list[torch.device]:
+    return available_devices() if thorough else [torch.device("cpu")]
 
 
-def bert_mask_tokens(student_fn, thorough: bool = False) -> bool:
-    """Check bert_mask_tokens(tokens, mask_id, vocab_size, p=0.15, generator=None,
-    special_ids=None) -> (inputs, labels): exact properties and statistics."""
-    return _run(_MASK_EX, student_fn, None, None, thorough, _check_masking)
+def _mask_cases(thorough: bool) -> list[tuple[int, dict]]:
+    return list(enumerate(mask_specs(thorough)))
+
+
+def _mask_trial(impl, case: tuple[int, dict], device, call) -> Finding | None:
+    """One case on one device: the profile of impl, and the first way it breaks the contract
+    (its evidence, the profile, names the mistake whose profile agrees)."""
+    i, spec = case
+    tokens = make_mask_tokens(spec, seed=5000 + i).to(device)
+    label = _spec_label(spec, device)
+    prof = _profile(impl, tokens, spec, 6000 + i, call, label)
+    problem = mask_problem(prof, tokens, spec, 0.15 if spec["p"] is None else spec["p"])
+    return Finding(problem, label, evidence=prof) if problem else None
+
+
+def _mask_covered(thorough: bool) -> str:
+    where = ", ".join(d.type for d in _devices(thorough))
+    return f"exact properties and the 15% / 80-10-10 statistics on {where}"
+
+
+bert_mask_tokens = Exercise(
+    name="bert_mask_tokens",
+    lesson="09",
+    module="bert",
+    reference=_bert.bert_mask_tokens,
+    forbidden=(
+        "transformer_lab.bert.bert_mask_tokens",
+        "transformer_lab.bert_mask_tokens",
+        "transformer_lab.bart.bert_mask_tokens",
+    ),
+    mistakes=[
+        Mistake(
+            "all-masked",
+            "every chosen position becomes [MASK]: only 80% of them should; 10% get a random "
+            "token and 10% keep their own.",
+            _mask_all_masked,
+        ),
+        Mistake(
+            "labels-everywhere",
+            "labels are set at every position: put the original token at the chosen positions "
+            "only and -100 everywhere else, so that the loss ignores the rest.",
+            _mask_labels_everywhere,
+        ),
+        Mistake(
+            "labels-are-inputs",
+            "the labels hold the corrupted inputs: they must hold the original tokens (what "
+            "the model has to recover), e.g. torch.where(chosen, tokens, -100).",
+            _mask_labels_are_inputs,
+        ),
+        Mistake(
+            "split-10-10-80",
+            "the split is the wrong way round (10% [MASK], 10% random, 80% unchanged): of the "
+            "chosen positions 80% become [MASK], 10% a random token, 10% stay unchanged.",
+            _mask_10_10_80,
+        ),
+        Mistake(
+            "p-on-the-80",
+            "p is applied to the [MASK] group instead of to the selection: first choose each "
+            "position with probability p, then split the chosen ones 80/10/10.",
+            _mask_p_on_the_80,
+        ),
+        Mistake(
+            "specials-chosen",
+            "special tokens were chosen: a position holding an id in special_ids ([CLS], "
+            "[SEP], [PAD], ...) must never be chosen.",
+            _mask_specials_chosen,
+        ),
+        Mistake(
+            "generator-ignored",
+            "the generator is ignored: pass generator=generator to every torch.rand / "
+            "torch.randint call, so that the same seed gives the same corruption.",
+            _mask_generator_ignored,
+        ),
+        Mistake(
+            "in-place",
+            "tokens was changed in place: work on a copy (inputs = tokens.clone()) and leave "
+            "the caller's tensor alone.",
+            _mask_in_place,
+        ),
+        Mistake(
+            "split-everywhere",
+            "the 80/10/10 replacement is applied to positions that were not chosen too: a "
+            "position that is not chosen keeps its token.",
+            _mask_split_everywhere,
+        ),
+        Mistake(
+            "p-ignored",
+            "p is ignored: choose each position with probability p (the argument), not always "
+            "0.15.",
+            _mask_p_ignored,
+        ),
+    ],
+    driver=TrialDriver(
+        _mask_cases,
+        _mask_trial,
+        covered=_mask_covered,
+        matches=profiles_agree,
+        settings=_devices,
+    ),
+    doc="bert_mask_tokens(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None) -> (inputs, labels): exact properties and statistics",
+)
 
 
 # ==============================================================================================
@@ -561,48 +549,6 @@ def _wp_prefix_first(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
 def _wp_no_limit(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     return _wp(word, vocab, unk_token, max_chars_per_word, limit=False)
 
-
-_WORDPIECE_EX = _register(
-    Exercise(
-        name="wordpiece_tokenize",
-        lesson="09",
-        module="bert",
-        reference=_bert.wordpiece_tokenize,
-        forbidden=(
-            "transformer_lab.bert.wordpiece_tokenize",
-            "transformer_lab.bert.WordPieceTokenizer",
-            "transformer_lab.WordPieceTokenizer",
-            "transformer_lab.wordpiece_tokenize",
-        ),
-        mistakes=[
-            Mistake(
-                "you take the shortest match: at each position take the LONGEST piece in the "
-                "vocabulary (try the end of the word first, then shorten).",
-                _wp_shortest,
-            ),
-            Mistake(
-                "pieces after the first need the '##' prefix: look up '##' + word[start:end] when "
-                "start > 0 (and return it with the prefix).",
-                _wp_no_prefix,
-            ),
-            Mistake(
-                "when part of a word has no piece, the WHOLE word becomes [unk_token]: return "
-                "[unk_token] alone, not the pieces found so far plus [UNK].",
-                _wp_partial_unk,
-            ),
-            Mistake(
-                "the first piece carries no '##': only pieces that continue a word (start > 0) "
-                "are looked up with the prefix.",
-                _wp_prefix_first,
-            ),
-            Mistake(
-                "words longer than max_chars_per_word must become [unk_token] without being cut "
-                "into pieces.",
-                _wp_no_limit,
-            ),
-        ],
-    )
-)
 
 # A small vocabulary whose pieces tell the mistakes apart: a shortest match, a piece that exists
 # only without (or only with) '##', and words with an uncovered character.
@@ -673,48 +619,76 @@ def _optional_forbidden() -> tuple[str, ...]:
     return tuple(names)
 
 
-def _check_wordpiece(ex: Exercise, student_fn, thorough: bool):
-    forbidden = ex.forbidden + _optional_forbidden()
-    n = 0
-    for word, vocab, kwargs in _wordpiece_cases(thorough):
-        args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        call = f"wordpiece_tokenize({word!r}, vocab{', ' + args if args else ''})"
-        expected = ex.reference(word, vocab, **kwargs)
-        try:
-            with forbid(forbidden, student_fn, ex.name):
-                got = student_fn(word, vocab, **kwargs)
-        except (ImplementThisYourself, NotImplementedError):
-            raise
-        except Exception as err:
-            raise CheckFailed(f"{ex.name}: {call} raised {type(err).__name__}: {err}") from None
-        if isinstance(got, tuple):
-            got = list(got)
-        if got == expected:
-            n += 1
-            continue
-        if not isinstance(got, list) or not all(isinstance(t, str) for t in got):
-            problem = f"the result should be a list of str but is {got!r}"
-        else:
-            problem = f"expected {expected!r}, got {got!r}"
-        hint = ""
-        for mistake in ex.mistakes:
-            try:
-                wrong = mistake.impl(word, vocab, **kwargs)
-            except Exception:
-                continue
-            if wrong == got and wrong != expected:
-                hint = f"\nLikely mistake: {mistake.sentence}"
-                break
-        small = len(vocab) <= 80
-        shown = f"\n  vocab: {sorted(vocab)}" if small else ""
-        raise CheckFailed(f"{ex.name}: {call}: {problem}{shown}{hint}")
-    return n, "every word, exact pieces"
+def _wordpiece_trial(impl, case: tuple[str, frozenset, dict], _setting, call) -> Finding | None:
+    """One word: impl's pieces must equal the reference's (evidence: impl's pieces)."""
+    word, vocab, kwargs = case
+    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    text = f"wordpiece_tokenize({word!r}, vocab{', ' + args if args else ''})"
+    expected = wordpiece_tokenize.reference(word, vocab, **kwargs)
+
+    def tokenize():  # other libraries' tokenizers are switched off too, when already imported
+        with forbid(_optional_forbidden(), impl, "wordpiece_tokenize"):
+            return impl(word, vocab, **kwargs)
+
+    got = call(tokenize, text)
+    if isinstance(got, tuple):
+        got = list(got)
+    if got == expected:
+        return None
+    if not isinstance(got, list) or not all(isinstance(t, str) for t in got):
+        problem = f"the result should be a list of str but is {got!r}"
+    else:
+        problem = f"expected {expected!r}, got {got!r}"
+    shown = f"\n  vocab: {sorted(vocab)}" if len(vocab) <= 80 else ""
+    return Finding(f"{text}: {problem}{shown}", evidence=got)
 
 
-def wordpiece_tokenize(student_fn, thorough: bool = False) -> bool:
-    """Check wordpiece_tokenize(word, vocab, unk_token='[UNK]', max_chars_per_word=100)
-    -> list of pieces (greedy longest-match-first, '##' on continuations)."""
-    return _run(_WORDPIECE_EX, student_fn, None, None, thorough, _check_wordpiece)
+wordpiece_tokenize = Exercise(
+    name="wordpiece_tokenize",
+    lesson="09",
+    module="bert",
+    reference=_bert.wordpiece_tokenize,
+    forbidden=(
+        "transformer_lab.bert.wordpiece_tokenize",
+        "transformer_lab.bert.WordPieceTokenizer",
+        "transformer_lab.WordPieceTokenizer",
+        "transformer_lab.wordpiece_tokenize",
+    ),
+    mistakes=[
+        Mistake(
+            "shortest-match",
+            "you take the shortest match: at each position take the LONGEST piece in the "
+            "vocabulary (try the end of the word first, then shorten).",
+            _wp_shortest,
+        ),
+        Mistake(
+            "no-prefix",
+            "pieces after the first need the '##' prefix: look up '##' + word[start:end] when "
+            "start > 0 (and return it with the prefix).",
+            _wp_no_prefix,
+        ),
+        Mistake(
+            "partial-unk",
+            "when part of a word has no piece, the WHOLE word becomes [unk_token]: return "
+            "[unk_token] alone, not the pieces found so far plus [UNK].",
+            _wp_partial_unk,
+        ),
+        Mistake(
+            "prefix-on-first",
+            "the first piece carries no '##': only pieces that continue a word (start > 0) "
+            "are looked up with the prefix.",
+            _wp_prefix_first,
+        ),
+        Mistake(
+            "no-length-limit",
+            "words longer than max_chars_per_word must become [unk_token] without being cut "
+            "into pieces.",
+            _wp_no_limit,
+        ),
+    ],
+    driver=TrialDriver(_wordpiece_cases, _wordpiece_trial, covered="every word, exact pieces"),
+    doc="wordpiece_tokenize(word, vocab, unk_token='[UNK]', max_chars_per_word=100) -> list of pieces (greedy longest-match-first, '##' on continuations)",
+)
 
 
 # ==============================================================================================
@@ -755,54 +729,6 @@ def _pool_tokens_normalized(hidden, attention_mask, normalize=True):
 
 def _pool_cls(hidden, attention_mask, normalize=True):
     return _unit(hidden[:, 0], normalize)
-
-
-_POOL_EX = _register(
-    Exercise(
-        name="mean_pool",
-        lesson="09",
-        module="bert",
-        reference=_bert.mean_pool,
-        forbidden=(
-            "transformer_lab.bert.mean_pool",
-            "transformer_lab.bert.sentence_embedding",
-            "transformer_lab.mean_pool",
-            "transformer_lab.sentence_embedding",
-        ),
-        mistakes=[
-            Mistake(
-                "padding is averaged in: sum the hidden vectors of the real tokens only "
-                "(multiply by the mask) and divide by the number of real tokens.",
-                _pool_over_padding,
-            ),
-            Mistake(
-                "you divide by L, the padded length: divide by each sentence's number of real "
-                "tokens, attention_mask.sum(dim=1).",
-                _pool_divide_by_L,
-            ),
-            Mistake(
-                "with normalize=True each embedding must have unit length: divide it by its L2 "
-                "norm (e.g. F.normalize(x, p=2, dim=-1)).",
-                _pool_never_normalized,
-            ),
-            Mistake(
-                "with normalize=False return the plain mean: scale to unit length only when "
-                "normalize is True.",
-                _pool_always_normalized,
-            ),
-            Mistake(
-                "you normalise each token before averaging: average the raw hidden vectors, then "
-                "normalise the mean.",
-                _pool_tokens_normalized,
-            ),
-            Mistake(
-                "that is the [CLS] vector (position 0): the embedding is the mean over all the "
-                "real tokens.",
-                _pool_cls,
-            ),
-        ],
-    )
-)
 
 
 def _pool_cases(thorough: bool) -> list[Case]:
@@ -849,6 +775,55 @@ def _pool_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def mean_pool(student_fn, thorough: bool = False) -> bool:
-    """Check mean_pool(hidden (B, L, d), attention_mask (B, L), normalize=True) -> (B, d)."""
-    return _run(_POOL_EX, student_fn, _pool_cases(thorough), ("embedding",), thorough, "function")
+mean_pool = Exercise(
+    name="mean_pool",
+    lesson="09",
+    module="bert",
+    reference=_bert.mean_pool,
+    forbidden=(
+        "transformer_lab.bert.mean_pool",
+        "transformer_lab.bert.sentence_embedding",
+        "transformer_lab.mean_pool",
+        "transformer_lab.sentence_embedding",
+    ),
+    mistakes=[
+        Mistake(
+            "padding-averaged",
+            "padding is averaged in: sum the hidden vectors of the real tokens only "
+            "(multiply by the mask) and divide by the number of real tokens.",
+            _pool_over_padding,
+        ),
+        Mistake(
+            "divide-by-L",
+            "you divide by L, the padded length: divide by each sentence's number of real "
+            "tokens, attention_mask.sum(dim=1).",
+            _pool_divide_by_L,
+        ),
+        Mistake(
+            "never-normalized",
+            "with normalize=True each embedding must have unit length: divide it by its L2 "
+            "norm (e.g. F.normalize(x, p=2, dim=-1)).",
+            _pool_never_normalized,
+        ),
+        Mistake(
+            "always-normalized",
+            "with normalize=False return the plain mean: scale to unit length only when "
+            "normalize is True.",
+            _pool_always_normalized,
+        ),
+        Mistake(
+            "tokens-normalized",
+            "you normalise each token before averaging: average the raw hidden vectors, then "
+            "normalise the mean.",
+            _pool_tokens_normalized,
+        ),
+        Mistake(
+            "cls-vector",
+            "that is the [CLS] vector (position 0): the embedding is the mean over all the "
+            "real tokens.",
+            _pool_cls,
+        ),
+    ],
+    driver=FunctionDriver(_pool_cases, outputs=("embedding",)),
+    doc="mean_pool(hidden (B, L, d), attention_mask (B, L), normalize=True) -> (B, d)",
+)

@@ -39,16 +39,8 @@ from collections.abc import Callable
 import torch
 
 from .. import bart as _bart
-from .engine import (
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    _register,
-    _run,
-    available_devices,
-    forbid,
-)
+from .drivers import Finding, TrialDriver
+from .engine import Exercise, Mistake, available_devices
 
 __all__ = ["document_rotation", "sentence_permutation", "text_infilling"]
 
@@ -68,14 +60,10 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _call(fn: Callable, label: str, *args, **kwargs):
-    """Run the function under check; its own exceptions become a failure that says where."""
-    try:
-        return fn(*args, **kwargs)
-    except (ImplementThisYourself, NotImplementedError, _Broken):
-        raise
-    except Exception as err:
-        raise _Broken("raised", f"{label} raised {type(err).__name__}: {err}") from None
+def _direct(thunk: Callable, *_):
+    """How a suite calls a function by default (the TrialDriver passes the student's `call`: the
+    forbidden names switched off, and an exception fails the check saying which call raised)."""
+    return thunk()
 
 
 def _require_ids(out, tokens: torch.Tensor, label: str) -> list[int]:
@@ -102,7 +90,7 @@ def _require_ids(out, tokens: torch.Tensor, label: str) -> list[int]:
     return out.tolist()
 
 
-def _settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
+def _id_settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
     """Where the structural cases run: CPU int64; thorough adds int32 and every accelerator."""
     if not thorough:
         return [(torch.device("cpu"), torch.long)]
@@ -114,10 +102,14 @@ def _distinct_doc(seed: int, n: int, start: int = 10) -> torch.Tensor:
     return torch.randperm(n, generator=_gen(seed)) + start
 
 
-def _reproducible(fn: Callable, label: str, call: Callable[[torch.Generator], object]) -> int:
+def _reproducible(call: Callable, label: str, draw: Callable[[torch.Generator], object]) -> int:
     """The same seed twice must give the same output (the randomness comes from `generator`)."""
+
+    def once(seed: int):
+        return call(lambda: draw(_gen(seed)), label)
+
     for seed in (11, 12):
-        a, b = _call(call, label, _gen(seed)), _call(call, label, _gen(seed))
+        a, b = once(seed), once(seed)
         if not torch.equal(a, b):
             raise _Broken(
                 "generator",
@@ -185,41 +177,36 @@ def _uniform_cells(counts: Counter, cells: list, n: int, what: str, label: str, 
             )
 
 
-def _check_suite(ex: Exercise, suite: Callable, what: str) -> Callable:
-    """A custom driver for the engine's _run: the suite under forbid, mistakes named by key."""
+_FORM_KEYS = ("type", "shape", "dtype", "device")  # a result of the wrong form names no mistake
 
-    def driver(ex: Exercise, student_fn, thorough: bool):
+
+def _suite_trial(suite: Callable) -> Callable:
+    """The TrialDriver trial of a whole suite (its one case is `thorough`): the number of calls it
+    made, or a Finding tagged with the property broken. A catalogued mistake whose own run of the
+    suite breaks the same property first is named."""
+
+    def trial(impl: Callable, thorough: bool, _setting, call: Callable):
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        try:  # generator=None cases draw from the global generator: leave it as it was
-            with torch.random.fork_rng(devices=cuda), forbid(ex.forbidden, student_fn, ex.name):
-                n = suite(student_fn, thorough)
-        except _Broken as broken:
-            raise CheckFailed(
-                f"{ex.name}: {broken.message}{_diagnose(ex, suite, broken, thorough)}"
-            ) from None
-        return n, what
+        # generator=None cases draw from the global generator: leave it as it was
+        with torch.random.fork_rng(devices=cuda):
+            try:
+                return suite(impl, thorough, call)
+            except _Broken as broken:
+                return Finding(broken.message, tag=broken.key, evidence=broken.key)
 
-    return driver
+    return trial
 
 
-def _fingerprint(suite: Callable, impl: Callable, thorough: bool) -> str | None:
-    try:
-        suite(impl, thorough)
-    except _Broken as broken:
-        return broken.key
-    except Exception:
-        return None
-    return None
+def _whole_suite(thorough: bool) -> list[bool]:
+    return [thorough]
 
 
-def _diagnose(ex: Exercise, suite: Callable, broken: _Broken, thorough: bool) -> str:
-    """Name the catalogued mistake that breaks the same property as the student's code."""
-    if broken.key in ("raised", "type", "shape", "dtype", "device"):
-        return ""
-    for mistake in ex.mistakes:
-        if _fingerprint(suite, mistake.impl, thorough) == broken.key:
-            return f"\nLikely mistake: {mistake.sentence}"
-    return ""
+def _nameable(student_key: str, _mistake_key: str) -> bool:
+    return student_key not in _FORM_KEYS
+
+
+def _suite_driver(suite: Callable, covered: str) -> TrialDriver:
+    return TrialDriver(_whole_suite, _suite_trial(suite), covered=covered, matches=_nameable)
 
 
 # ==============================================================================================
@@ -339,7 +326,10 @@ def _infill_bins(n_masked_lams: list[tuple[int, float, int]]) -> list[float]:
     return total
 
 
-def _infilling_suite(fn: Callable, thorough: bool) -> int:
+def _infilling_suite(fn: Callable, thorough: bool, call: Callable = _direct) -> int:
+    def run(label: str, *args, **kwargs):
+        return call(lambda: fn(*args, **kwargs), label)
+
     n_calls = 0
     # 1. structure on hand-picked cases: (L, p, lam, mask_id)
     cases = [(40, 0.3, 3.0, MASK), (25, 0.5, 1.0, MASK), (12, 0.25, 3.0, MASK), (7, 0.0, 3.0, MASK)]
@@ -354,12 +344,12 @@ def _infilling_suite(fn: Callable, thorough: bool) -> int:
             (5, 1.0, 1.0, MASK),
         ]
     n_seeds = 8 if thorough else 3
-    for device, dtype in _settings(thorough):
+    for device, dtype in _id_settings(thorough):
         for L, p, lam, mask_id in cases:
             for seed in range(n_seeds):
                 doc = _distinct_doc(100 + seed, L).to(device=device, dtype=dtype)
                 label = f"text_infilling(tokens of length {L}, mask_id={mask_id}, p={p}, lam={lam})"
-                out = _call(fn, label, doc, mask_id, p=p, lam=lam, generator=_gen(seed))
+                out = run(label, doc, mask_id, p=p, lam=lam, generator=_gen(seed))
                 out_list = _require_ids(out, doc, label)
                 spans = _spans_behind_masks(doc.tolist(), out_list, mask_id, label)
                 n_calls += 1
@@ -379,8 +369,8 @@ def _infilling_suite(fn: Callable, thorough: bool) -> int:
     # 2. reproducibility, and the global generator (None) works too
     doc = _distinct_doc(7, 40)
     label = "text_infilling(tokens of length 40, mask_id=3, p=0.3, lam=3.0)"
-    n_calls += _reproducible(fn, label, lambda g: fn(doc, MASK, p=0.3, lam=3.0, generator=g))
-    _require_ids(_call(fn, label + " with generator=None", doc, MASK, p=0.3, lam=3.0), doc, label)
+    n_calls += _reproducible(call, label, lambda g: fn(doc, MASK, p=0.3, lam=3.0, generator=g))
+    _require_ids(run(label + " with generator=None", doc, MASK, p=0.3, lam=3.0), doc, label)
     # 3. statistics: the span lengths, and spans at both ends of the document
     configs = _INFILL_STATS_THOROUGH if thorough else _INFILL_STATS
     observed: dict[float, list[int]] = {}
@@ -394,7 +384,7 @@ def _infilling_suite(fn: Callable, thorough: bool) -> int:
         for d in range(n_docs):
             seed = 10_000 * (c + 1) + d
             doc = _distinct_doc(seed, L)
-            out = _call(fn, label, doc, MASK, p=p, lam=lam, generator=_gen(seed))
+            out = run(label, doc, MASK, p=p, lam=lam, generator=_gen(seed))
             out_list = _require_ids(out, doc, label)
             spans = _spans_behind_masks(doc.tolist(), out_list, MASK, label)
             n_calls += 1
@@ -530,71 +520,65 @@ def _infill_global_rng(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     return _place_spans(tokens, mask_id, lengths, None)
 
 
-_INFILL_EX = _register(
-    Exercise(
-        name="text_infilling",
-        lesson="10",
-        module="bart",
-        reference=_bart.text_infilling,
-        forbidden=(
-            "transformer_lab.bart.text_infilling",
-            "transformer_lab.text_infilling",
+text_infilling = Exercise(
+    name="text_infilling",
+    lesson="10",
+    module="bart",
+    reference=_bart.text_infilling,
+    forbidden=(
+        "transformer_lab.bart.text_infilling",
+        "transformer_lab.text_infilling",
+    ),
+    mistakes=[
+        Mistake(
+            "mask-per-token",
+            "each removed token got its own [MASK]: text infilling replaces a whole span by "
+            "ONE [MASK], so the model must also work out how many tokens are missing.",
+            _infill_one_mask_per_token,
         ),
-        mistakes=[
-            Mistake(
-                "each removed token got its own [MASK]: text infilling replaces a whole span by "
-                "ONE [MASK], so the model must also work out how many tokens are missing.",
-                _infill_one_mask_per_token,
-            ),
-            Mistake(
-                "the spans are deleted without a [MASK] in their place (that is token deletion): "
-                "each span, even an empty one, leaves exactly one [MASK].",
-                _infill_deletes,
-            ),
-            Mistake(
-                "there are no 0-length spans: Poisson(λ) gives k = 0 with probability e^-λ, and "
-                "such a span inserts a [MASK] without removing anything (do not clamp or redraw "
-                "k = 0).",
-                _infill_no_zero_spans,
-            ),
-            Mistake(
-                "the span lengths do not use the `lam` argument: draw them from Poisson(lam) "
-                "(torch.poisson of a tensor filled with lam), not from a fixed mean of 3.",
-                _infill_lam_fixed,
-            ),
-            Mistake(
-                "p is the fraction of the document's tokens to remove in total (round(p * L)), "
-                "not the chance that a span starts at each token: draw span lengths until they "
-                "cover exactly round(p * L) tokens, cutting the last one short.",
-                _infill_p_per_token,
-            ),
-            Mistake(
-                "spans are never placed at the very start or the very end: the n_kept kept "
-                "tokens leave n_kept + 1 gaps, both ends included, and each is equally likely.",
-                _infill_interior_only,
-            ),
-            Mistake(
-                "the random numbers do not come from the `generator` argument (the global "
-                "generator, Python's random or NumPy was used): pass generator=generator to "
-                "torch.poisson / torch.randperm / torch.rand so a seed reproduces the noise.",
-                _infill_global_rng,
-            ),
-        ],
-    )
+        Mistake(
+            "deleted",
+            "the spans are deleted without a [MASK] in their place (that is token deletion): "
+            "each span, even an empty one, leaves exactly one [MASK].",
+            _infill_deletes,
+        ),
+        Mistake(
+            "no-zero-spans",
+            "there are no 0-length spans: Poisson(λ) gives k = 0 with probability e^-λ, and "
+            "such a span inserts a [MASK] without removing anything (do not clamp or redraw "
+            "k = 0).",
+            _infill_no_zero_spans,
+        ),
+        Mistake(
+            "lam-fixed",
+            "the span lengths do not use the `lam` argument: draw them from Poisson(lam) "
+            "(torch.poisson of a tensor filled with lam), not from a fixed mean of 3.",
+            _infill_lam_fixed,
+        ),
+        Mistake(
+            "p-per-token",
+            "p is the fraction of the document's tokens to remove in total (round(p * L)), "
+            "not the chance that a span starts at each token: draw span lengths until they "
+            "cover exactly round(p * L) tokens, cutting the last one short.",
+            _infill_p_per_token,
+        ),
+        Mistake(
+            "interior-only",
+            "spans are never placed at the very start or the very end: the n_kept kept "
+            "tokens leave n_kept + 1 gaps, both ends included, and each is equally likely.",
+            _infill_interior_only,
+        ),
+        Mistake(
+            "global-rng",
+            "the random numbers do not come from the `generator` argument (the global "
+            "generator, Python's random or NumPy was used): pass generator=generator to "
+            "torch.poisson / torch.randperm / torch.rand so a seed reproduces the noise.",
+            _infill_global_rng,
+        ),
+    ],
+    driver=_suite_driver(_infilling_suite, "structure, reproducibility and span statistics"),
+    doc="text_infilling(tokens, mask_id, p=0.3, lam=3.0, generator=None) -> (L',)",
 )
-
-
-def text_infilling(student_fn, thorough: bool = False) -> bool:
-    """Check text_infilling(tokens, mask_id, p=0.3, lam=3.0, generator=None) -> (L',)."""
-    what = "structure, reproducibility and span statistics"
-    return _run(
-        _INFILL_EX,
-        student_fn,
-        None,
-        None,
-        thorough,
-        _check_suite(_INFILL_EX, _infilling_suite, what),
-    )
 
 
 # ==============================================================================================
@@ -690,31 +674,34 @@ def _permutation_structure(doc: list[int], out: list[int], eos_id: int, label: s
     )
 
 
-def _permutation_suite(fn: Callable, thorough: bool) -> int:
+def _permutation_suite(fn: Callable, thorough: bool, call: Callable = _direct) -> int:
+    def run(label: str, *args, **kwargs):
+        return call(lambda: fn(*args, **kwargs), label)
+
     n_calls = 0
     cases = [(4, 0, EOS), (3, 2, EOS), (1, 0, EOS), (0, 5, EOS), (5, 1, EOS)]
     if thorough:
         cases += [(0, 0, EOS), (6, 3, 17), (2, 0, 0), (8, 1, EOS)]
     n_seeds = 8 if thorough else 3
-    for device, dtype in _settings(thorough):
+    for device, dtype in _id_settings(thorough):
         for n_sent, rest, eos_id in cases:
             for seed in range(n_seeds):
                 doc = _sentence_doc(200 + seed, n_sent, rest, eos_id).to(device=device, dtype=dtype)
                 label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={eos_id})"
-                out = _call(fn, label, doc, eos_id, generator=_gen(seed))
+                out = run(label, doc, eos_id, generator=_gen(seed))
                 out_list = _require_ids(out, doc, label)
                 _permutation_structure(doc.tolist(), out_list, eos_id, label)
                 n_calls += 1
     if thorough:  # a document of boundary tokens only: every sentence is a lone eos
         doc = torch.tensor([EOS, EOS, EOS])
         label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
-        out = _require_ids(_call(fn, label, doc, EOS, generator=_gen(0)), doc, label)
+        out = _require_ids(run(label, doc, EOS, generator=_gen(0)), doc, label)
         if out != doc.tolist():
             raise _Broken("length", f"{label}: got {out}, expected {doc.tolist()}")
     doc = _sentence_doc(5, 5, 2)
     label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
-    n_calls += _reproducible(fn, label, lambda g: fn(doc, EOS, generator=g))
-    _require_ids(_call(fn, label + " with generator=None", doc, EOS), doc, label)
+    n_calls += _reproducible(call, label, lambda g: fn(doc, EOS, generator=g))
+    _require_ids(run(label + " with generator=None", doc, EOS), doc, label)
     # statistics: every order of n sentences equally likely
     stats = [(3, 0, 300)] if not thorough else [(3, 1, 600), (4, 0, 960)]
     for n_sent, rest, n_draws in stats:
@@ -722,7 +709,7 @@ def _permutation_suite(fn: Callable, thorough: bool) -> int:
         label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
         counts: Counter = Counter()
         for s in range(n_draws):
-            out = _call(fn, label, doc, EOS, generator=_gen(50_000 + s))
+            out = run(label, doc, EOS, generator=_gen(50_000 + s))
             counts[
                 _permutation_structure(doc.tolist(), _require_ids(out, doc, label), EOS, label)
             ] += 1
@@ -773,55 +760,54 @@ def _perm_global_rng(tokens, eos_id, generator=None):
     return tokens.new_tensor([t for i in order for t in sentences[i]] + list(rest))
 
 
-_PERM_EX = _register(
-    Exercise(
-        name="sentence_permutation",
-        lesson="10",
-        module="bart",
-        reference=_bart.sentence_permutation,
-        forbidden=(
-            "transformer_lab.bart.sentence_permutation",
-            "transformer_lab.sentence_permutation",
-            "transformer_lab.bart._split_sentences",
+sentence_permutation = Exercise(
+    name="sentence_permutation",
+    lesson="10",
+    module="bart",
+    reference=_bart.sentence_permutation,
+    forbidden=(
+        "transformer_lab.bart.sentence_permutation",
+        "transformer_lab.sentence_permutation",
+        "transformer_lab.bart._split_sentences",
+    ),
+    mistakes=[
+        Mistake(
+            "tokens-shuffled",
+            "the tokens were shuffled, not the sentences: split the document into sentences "
+            "(each ending with eos_id) and shuffle those, keeping each sentence whole.",
+            _perm_tokens,
         ),
-        mistakes=[
-            Mistake(
-                "the tokens were shuffled, not the sentences: split the document into sentences "
-                "(each ending with eos_id) and shuffle those, keeping each sentence whole.",
-                _perm_tokens,
-            ),
-            Mistake(
-                "the unfinished last sentence (the tokens after the last eos_id) was shuffled in "
-                "with the others: it has no boundary, so it stays at the end.",
-                _perm_tail_too,
-            ),
-            Mistake(
-                "the document was cut before each eos_id, so a boundary token travels with the "
-                "next sentence: cut just after each eos_id (a sentence ends with its boundary).",
-                _perm_cut_before,
-            ),
-            Mistake(
-                "some orders never come out (e.g. a Fisher-Yates shuffle with j < i only gives "
-                "cyclic orders and never the original): every one of the n! orders must be "
-                "equally likely; torch.randperm(n, generator=generator) gives that.",
-                _perm_sattolo,
-            ),
-            Mistake(
-                "the random numbers do not come from the `generator` argument: pass "
-                "generator=generator to torch.randperm so a seed reproduces the shuffle.",
-                _perm_global_rng,
-            ),
-        ],
-    )
+        Mistake(
+            "tail-shuffled",
+            "the unfinished last sentence (the tokens after the last eos_id) was shuffled in "
+            "with the others: it has no boundary, so it stays at the end.",
+            _perm_tail_too,
+        ),
+        Mistake(
+            "cut-before-eos",
+            "the document was cut before each eos_id, so a boundary token travels with the "
+            "next sentence: cut just after each eos_id (a sentence ends with its boundary).",
+            _perm_cut_before,
+        ),
+        Mistake(
+            "cyclic-orders",
+            "some orders never come out (e.g. a Fisher-Yates shuffle with j < i only gives "
+            "cyclic orders and never the original): every one of the n! orders must be "
+            "equally likely; torch.randperm(n, generator=generator) gives that.",
+            _perm_sattolo,
+        ),
+        Mistake(
+            "global-rng",
+            "the random numbers do not come from the `generator` argument: pass "
+            "generator=generator to torch.randperm so a seed reproduces the shuffle.",
+            _perm_global_rng,
+        ),
+    ],
+    driver=_suite_driver(
+        _permutation_suite, "structure, reproducibility and the distribution of orders"
+    ),
+    doc="sentence_permutation(tokens, eos_id, generator=None) -> (L,)",
 )
-
-
-def sentence_permutation(student_fn, thorough: bool = False) -> bool:
-    """Check sentence_permutation(tokens, eos_id, generator=None) -> (L,)."""
-    what = "structure, reproducibility and the distribution of orders"
-    return _run(
-        _PERM_EX, student_fn, None, None, thorough, _check_suite(_PERM_EX, _permutation_suite, what)
-    )
 
 
 # ==============================================================================================
@@ -848,23 +834,26 @@ def _rotation_offset(doc: list[int], out: list[int], label: str) -> int:
     return k
 
 
-def _rotation_suite(fn: Callable, thorough: bool) -> int:
+def _rotation_suite(fn: Callable, thorough: bool, call: Callable = _direct) -> int:
+    def run(label: str, *args, **kwargs):
+        return call(lambda: fn(*args, **kwargs), label)
+
     n_calls = 0
     lengths = [5, 8, 1, 2] + ([0, 3, 17, 64] if thorough else [])
     n_seeds = 8 if thorough else 3
-    for device, dtype in _settings(thorough):
+    for device, dtype in _id_settings(thorough):
         for L in lengths:
             for seed in range(n_seeds):
                 doc = _distinct_doc(300 + seed, L).to(device=device, dtype=dtype)
                 label = f"document_rotation(tokens={doc.tolist()})"
-                out = _call(fn, label, doc, generator=_gen(seed))
+                out = run(label, doc, generator=_gen(seed))
                 _rotation_offset(doc.tolist(), _require_ids(out, doc, label), label)
                 n_calls += 1
     doc = _distinct_doc(9, 12)
     label = f"document_rotation(tokens={doc.tolist()})"
-    n_calls += _reproducible(fn, label, lambda g: fn(doc, generator=g))
-    _require_ids(_call(fn, label + " with generator=None", doc), doc, label)
-    outs = {tuple(_call(fn, label, doc, generator=_gen(s)).tolist()) for s in range(20)}
+    n_calls += _reproducible(call, label, lambda g: fn(doc, generator=g))
+    _require_ids(run(label + " with generator=None", doc), doc, label)
+    outs = {tuple(run(label, doc, generator=_gen(s)).tolist()) for s in range(20)}
     n_calls += 20
     if len(outs) == 1:  # 20 seeds, 12 starts: all equal with chance 12^-19
         raise _Broken(
@@ -880,7 +869,7 @@ def _rotation_suite(fn: Callable, thorough: bool) -> int:
         label = f"document_rotation(tokens={doc.tolist()})"
         counts: Counter = Counter()
         for s in range(n_draws):
-            out = _call(fn, label, doc, generator=_gen(60_000 + s))
+            out = run(label, doc, generator=_gen(60_000 + s))
             counts[_rotation_offset(doc.tolist(), _require_ids(out, doc, label), label)] += 1
             n_calls += 1
         _uniform_cells(
@@ -924,48 +913,47 @@ def _rot_global_rng(tokens, generator=None):
     return torch.cat([tokens[k:], tokens[:k]])
 
 
-_ROT_EX = _register(
-    Exercise(
-        name="document_rotation",
-        lesson="10",
-        module="bart",
-        reference=_bart.document_rotation,
-        forbidden=("transformer_lab.bart.document_rotation", "transformer_lab.document_rotation"),
-        mistakes=[
-            Mistake(
-                "the document never keeps its own start (k = 0 never comes out): draw k uniformly "
-                "from 0 .. L-1, torch.randint(L, ...), so the original order is one of the L "
-                "rotations.",
-                _rot_never_zero,
-            ),
-            Mistake(
-                "every call gives the same rotation: the start k must be drawn at random from "
-                "`generator`, a new k for each document.",
-                _rot_fixed,
-            ),
-            Mistake(
-                "k is drawn from 0 .. L (L + 1 values), and k = L gives the same rotation as "
-                "k = 0, which then comes out twice as often: draw k from 0 .. L-1.",
-                _rot_k_up_to_L,
-            ),
-            Mistake(
-                "a token is lost at the seam: the rotation is tokens[k:] followed by tokens[:k], "
-                "every token exactly once.",
-                _rot_drops_a_token,
-            ),
-            Mistake(
-                "the random numbers do not come from the `generator` argument: pass "
-                "generator=generator to torch.randint so a seed reproduces the rotation.",
-                _rot_global_rng,
-            ),
-        ],
-    )
+document_rotation = Exercise(
+    name="document_rotation",
+    lesson="10",
+    module="bart",
+    reference=_bart.document_rotation,
+    forbidden=("transformer_lab.bart.document_rotation", "transformer_lab.document_rotation"),
+    mistakes=[
+        Mistake(
+            "never-zero",
+            "the document never keeps its own start (k = 0 never comes out): draw k uniformly "
+            "from 0 .. L-1, torch.randint(L, ...), so the original order is one of the L "
+            "rotations.",
+            _rot_never_zero,
+        ),
+        Mistake(
+            "fixed",
+            "every call gives the same rotation: the start k must be drawn at random from "
+            "`generator`, a new k for each document.",
+            _rot_fixed,
+        ),
+        Mistake(
+            "k-up-to-L",
+            "k is drawn from 0 .. L (L + 1 values), and k = L gives the same rotation as "
+            "k = 0, which then comes out twice as often: draw k from 0 .. L-1.",
+            _rot_k_up_to_L,
+        ),
+        Mistake(
+            "drops-token",
+            "a token is lost at the seam: the rotation is tokens[k:] followed by tokens[:k], "
+            "every token exactly once.",
+            _rot_drops_a_token,
+        ),
+        Mistake(
+            "global-rng",
+            "the random numbers do not come from the `generator` argument: pass "
+            "generator=generator to torch.randint so a seed reproduces the rotation.",
+            _rot_global_rng,
+        ),
+    ],
+    driver=_suite_driver(
+        _rotation_suite, "structure, reproducibility and the distribution of starts"
+    ),
+    doc="document_rotation(tokens, generator=None) -> (L,)",
 )
-
-
-def document_rotation(student_fn, thorough: bool = False) -> bool:
-    """Check document_rotation(tokens, generator=None) -> (L,)."""
-    what = "structure, reproducibility and the distribution of starts"
-    return _run(
-        _ROT_EX, student_fn, None, None, thorough, _check_suite(_ROT_EX, _rotation_suite, what)
-    )

@@ -8,18 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from .. import vit as _vit
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver
 from .engine import (
     Case,
-    CheckFailed,
     Exercise,
     ImplementThisYourself,
     Mistake,
-    _check_function,
-    _compare_tensor,
-    _register,
-    _run,
-    _run_student,
-    _settings,
+    compare_tensor,
+    fail,
+    settings,
 )
 
 __all__ = ["ViTEmbedding", "cls_attention_map", "patchify"]
@@ -101,72 +98,6 @@ def _patchify_unchecked(images, patch_size):
     return x.reshape(B, (H // p) * (W // p), C * p * p)
 
 
-_NOT_REJECTED = Mistake(
-    "an image whose height or width is not a multiple of patch_size must be rejected: raise a "
-    "ValueError that names the size and patch_size instead of returning patches (the leftover "
-    "pixels would be dropped or padded without a word).",
-    _patchify_crops,
-)
-_WRONG_ERROR = Mistake(
-    "an image whose height or width is not a multiple of patch_size must be rejected with a "
-    "ValueError raised by your own check (if H % p or W % p: raise ValueError(...)); yours fails "
-    "later with an error that does not say what is wrong.",
-    _patchify_unchecked,
-)
-
-_PATCHIFY_EX = _register(
-    Exercise(
-        name="patchify",
-        lesson="11",
-        module="vit",
-        reference=_vit.patchify,
-        forbidden=(
-            "transformer_lab.vit.patchify",
-            "transformer_lab.vit.unpatchify",
-            "transformer_lab.patchify",
-            "transformer_lab.unpatchify",
-            "torch.nn.functional.unfold",
-            "torch.nn.Unfold",
-        ),
-        mistakes=[
-            Mistake(
-                "the patches are numbered column by column: number them row by row, left to right "
-                "and then top to bottom (patch i sits at grid row i // (W/p), column i % (W/p)).",
-                _patchify_column_major,
-            ),
-            Mistake(
-                "each patch is flattened channels-last, as (p, p, C): flatten it as (C, p, p), the "
-                "layout of a Conv2d weight (all of channel 0's pixels first).",
-                _patchify_channels_last,
-            ),
-            Mistake(
-                "a reshape alone does not cut patches: reshape to (B, C, H/p, p, W/p, p), permute "
-                "to (B, H/p, W/p, C, p, p) and only then flatten (a plain reshape takes runs of "
-                "consecutive pixels that mix rows of different patches).",
-                _patchify_plain_reshape,
-            ),
-            Mistake(
-                "height and width are swapped in the reshape: split H into (H/p, p) and W into "
-                "(W/p, p), in that order (it only shows when H != W).",
-                _patchify_hw_swapped,
-            ),
-            Mistake(
-                "the pixels inside each patch are read column by column: within a patch keep the "
-                "image's row-major order, (C, p rows, p columns).",
-                _patchify_patch_transposed,
-            ),
-            Mistake(
-                "the last two axes are swapped: return (B, N, C·p·p), one row per patch, not "
-                "(B, C·p·p, N).",
-                _patchify_axes_swapped,
-            ),
-            _NOT_REJECTED,
-            _WRONG_ERROR,
-        ],
-    )
-)
-
-
 def _patchify_cases(thorough: bool) -> list[Case]:
     def case(B, C, H, W, p):
         def make(g):
@@ -204,13 +135,24 @@ def _no_tf32():
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
 
 
+def _student_patches(ex: Exercise, student_fn, images, p, label: str):
+    """The student's patchify(images, p) under the exercise's forbidden names; their own
+    exception fails the check, naming the case."""
+    try:
+        return ex.run_student(student_fn, lambda: student_fn(images=images, patch_size=p))
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except Exception as err:
+        fail(ex, f"your function raised {type(err).__name__}: {err}", label, cause=err)
+
+
 def _check_conv_equivalence(ex: Exercise, student_fn, thorough: bool) -> int:
     """patchify(images, p) @ W.reshape(d_model, C·p·p).T + b == Conv2d(kernel=stride=p)(images)."""
     specs = [(2, 3, 4, 6, 2, 5)]  # (B, C, H, W, p, d_model)
     if thorough:
         specs += [(2, 1, 8, 8, 2, 16), (1, 3, 28, 28, 7, 8), (3, 2, 6, 9, 3, 4)]
     n = 0
-    for device, dtype in _settings(thorough):
+    for device, dtype in settings(thorough):
         for i, (B, C, H, W, p, d) in enumerate(specs):
             g = torch.Generator().manual_seed(5000 + i)
             images = torch.randn(B, C, H, W, generator=g, dtype=torch.float64)
@@ -221,39 +163,33 @@ def _check_conv_equivalence(ex: Exercise, student_fn, thorough: bool) -> int:
                 f"images {(B, C, H, W)}, a Conv2d({C}, {d}, kernel_size={p}, stride={p}) with "
                 f"random weights ({str(dtype).replace('torch.', '')} on {device.type})"
             )
-            try:
-                patches = _run_student(
-                    ex,
-                    student_fn,
-                    lambda: student_fn(images=images, patch_size=p),  # noqa: B023
-                )
-            except (ImplementThisYourself, NotImplementedError):
-                raise
-            except Exception as err:
-                raise CheckFailed(
-                    f"{ex.name}: your function raised {type(err).__name__}: {err}\n  case: {label}"
-                ) from None
+            patches = _student_patches(ex, student_fn, images, p, label)
             shape = (B, (H // p) * (W // p), C * p * p)
             if not isinstance(patches, torch.Tensor):
-                raise CheckFailed(
-                    f"{ex.name}: the patches should be a tensor but are a "
-                    f"{type(patches).__name__}\n  case: {label}"
+                fail(
+                    ex,
+                    f"the patches should be a tensor but are a {type(patches).__name__}",
+                    label,
                 )
             if tuple(patches.shape) != shape or patches.dtype != dtype:
-                raise CheckFailed(
-                    f"{ex.name}: the patches should have shape {shape} and dtype {dtype} but have "
-                    f"shape {tuple(patches.shape)} and dtype {patches.dtype}\n  case: {label}"
+                fail(
+                    ex,
+                    f"the patches should have shape {shape} and dtype {dtype} but have "
+                    f"shape {tuple(patches.shape)} and dtype {patches.dtype}",
+                    label,
                 )
             with _no_tf32():
                 conv = F.conv2d(images, weight, bias, stride=p)  # (B, d, H/p, W/p)
                 expected = conv.flatten(2).transpose(1, 2)  # (B, N, d), positions row-major
                 got = patches @ weight.reshape(d, -1).T + bias  # the Linear with the conv's W
-            problem = _compare_tensor(expected, got, "your patch embedding", dtype, device)
+            problem = compare_tensor(expected, got, "your patch embedding", dtype, device)
             if problem:
-                raise CheckFailed(
-                    f"{ex.name}: your patches times the Conv2d weight reshaped to (d_model, C·p·p) "
-                    f"do not reproduce the Conv2d(kernel_size=p, stride=p) output, flattened to "
-                    f"(B, N, d_model): {problem}\n  case: {label}"
+                fail(
+                    ex,
+                    "your patches times the Conv2d weight reshaped to (d_model, C·p·p) do not "
+                    "reproduce the Conv2d(kernel_size=p, stride=p) output, flattened to "
+                    f"(B, N, d_model): {problem}",
+                    label,
                 )
             n += 1
     return n
@@ -266,9 +202,23 @@ def _indivisible_cases(thorough: bool) -> list[tuple[tuple[int, ...], int]]:
     return cases
 
 
+def _rejection(impl, images, p) -> tuple[str, object]:
+    """What impl does with an image p does not divide: ("ValueError", None), ("raised", the
+    exception) or ("returned", the result)."""
+    try:
+        out = impl(images=images, patch_size=p)
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except ValueError:
+        return "ValueError", None
+    except Exception as err:
+        return "raised", err
+    return "returned", out
+
+
 def _check_rejects_indivisible(ex: Exercise, student_fn, thorough: bool) -> int:
-    n = 0
-    for shape, p in _indivisible_cases(thorough):
+    cases = _indivisible_cases(thorough)
+    for n, (shape, p) in enumerate(cases):
         images = torch.randn(*shape, generator=torch.Generator().manual_seed(6000 + n))
         H, W = shape[2:]
         bad = " and ".join(
@@ -277,32 +227,22 @@ def _check_rejects_indivisible(ex: Exercise, student_fn, thorough: bool) -> int:
             if size % p
         )
         label = f"images {shape}, patch_size={p} ({bad})"
-        try:
-            out = _run_student(
-                ex,
-                student_fn,
-                lambda: student_fn(images=images, patch_size=p),  # noqa: B023
-            )
-        except (ImplementThisYourself, NotImplementedError):
-            raise
-        except ValueError:
-            n += 1
+        kind, what = ex.run_student(student_fn, lambda x=images, p=p: _rejection(student_fn, x, p))
+        if kind == "ValueError":
             continue
-        except Exception as err:
-            raise CheckFailed(
-                f"{ex.name}: your function raised {type(err).__name__}: {err}\n  case: {label}"
-                f"\nLikely mistake: {_WRONG_ERROR.sentence}"
-            ) from None
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise CheckFailed(
-            f"{ex.name}: your function returned {got} instead of raising ValueError\n"
-            f"  case: {label}\nLikely mistake: {_NOT_REJECTED.sentence}"
+        mistake = ex.diagnose(
+            lambda impl, x=images, p=p: _rejection(impl, x, p)[0], kind, "ValueError", str.__eq__
         )
-    return n
+        if kind == "raised":
+            fail(ex, f"your function raised {type(what).__name__}: {what}", label, mistake, what)
+        got = tuple(what.shape) if isinstance(what, torch.Tensor) else type(what).__name__
+        fail(ex, f"your function returned {got} instead of raising ValueError", label, mistake)
+    return len(cases)
 
 
 def _check_patchify(ex: Exercise, student_fn, thorough: bool):
-    n = _check_function(ex, student_fn, _patchify_cases(thorough), ("patches",), thorough)
+    """The reference comparison, then the Conv2d equivalence, then the ValueError."""
+    n = FunctionDriver(_patchify_cases, outputs=("patches",)).run(ex, student_fn, thorough)
     n += _check_conv_equivalence(ex, student_fn, thorough)
     n += _check_rejects_indivisible(ex, student_fn, thorough)
     where = "every device" if thorough else "cpu"
@@ -313,9 +253,75 @@ def _check_patchify(ex: Exercise, student_fn, thorough: bool):
     return n, what
 
 
-def patchify(student_fn, thorough: bool = False) -> bool:
-    """Check patchify(images (B, C, H, W), patch_size) -> (B, N, C·p·p)."""
-    return _run(_PATCHIFY_EX, student_fn, None, None, thorough, _check_patchify)
+patchify = Exercise(
+    name="patchify",
+    lesson="11",
+    module="vit",
+    reference=_vit.patchify,
+    forbidden=(
+        "transformer_lab.vit.patchify",
+        "transformer_lab.vit.unpatchify",
+        "transformer_lab.patchify",
+        "transformer_lab.unpatchify",
+        "torch.nn.functional.unfold",
+        "torch.nn.Unfold",
+    ),
+    mistakes=[
+        Mistake(
+            "column-major",
+            "the patches are numbered column by column: number them row by row, left to right "
+            "and then top to bottom (patch i sits at grid row i // (W/p), column i % (W/p)).",
+            _patchify_column_major,
+        ),
+        Mistake(
+            "channels-last",
+            "each patch is flattened channels-last, as (p, p, C): flatten it as (C, p, p), the "
+            "layout of a Conv2d weight (all of channel 0's pixels first).",
+            _patchify_channels_last,
+        ),
+        Mistake(
+            "plain-reshape",
+            "a reshape alone does not cut patches: reshape to (B, C, H/p, p, W/p, p), permute "
+            "to (B, H/p, W/p, C, p, p) and only then flatten (a plain reshape takes runs of "
+            "consecutive pixels that mix rows of different patches).",
+            _patchify_plain_reshape,
+        ),
+        Mistake(
+            "hw-swapped",
+            "height and width are swapped in the reshape: split H into (H/p, p) and W into "
+            "(W/p, p), in that order (it only shows when H != W).",
+            _patchify_hw_swapped,
+        ),
+        Mistake(
+            "patch-transposed",
+            "the pixels inside each patch are read column by column: within a patch keep the "
+            "image's row-major order, (C, p rows, p columns).",
+            _patchify_patch_transposed,
+        ),
+        Mistake(
+            "axes-swapped",
+            "the last two axes are swapped: return (B, N, C·p·p), one row per patch, not "
+            "(B, C·p·p, N).",
+            _patchify_axes_swapped,
+        ),
+        Mistake(
+            "not-rejected",
+            "an image whose height or width is not a multiple of patch_size must be rejected: "
+            "raise a ValueError that names the size and patch_size instead of returning patches "
+            "(the leftover pixels would be dropped or padded without a word).",
+            _patchify_crops,
+        ),
+        Mistake(
+            "wrong-error",
+            "an image whose height or width is not a multiple of patch_size must be rejected "
+            "with a ValueError raised by your own check (if H % p or W % p: raise "
+            "ValueError(...)); yours fails later with an error that does not say what is wrong.",
+            _patchify_unchecked,
+        ),
+    ],
+    driver=CustomDriver(_check_patchify),
+    doc="patchify(images (B, C, H, W), patch_size) -> (B, N, C·p·p)",
+)
 
 
 # ==============================================================================================
@@ -369,54 +375,6 @@ class _EmbedPlainReshape(_vit.ViTEmbedding):
         return torch.cat([cls, x], dim=1) + self.pos_embed
 
 
-_EMBED_EX = _register(
-    Exercise(
-        name="ViTEmbedding",
-        lesson="11",
-        module="vit",
-        reference=_vit.ViTEmbedding,
-        forbidden=(
-            "transformer_lab.vit.ViTEmbedding",
-            "transformer_lab.vit.ViT",
-            "transformer_lab.ViT",
-            "transformer_lab.ViTEmbedding",
-        ),
-        mistakes=[
-            Mistake(
-                "[CLS] is appended at the end: it goes in front, z_0 = [x_cls; x_1 E; ...; x_N E] "
-                "(torch.cat([cls, x], dim=1)), so the classifier can read it at index 0.",
-                _EmbedClsLast,
-            ),
-            Mistake(
-                "the positions are added before [CLS] is prepended, so [CLS] gets no position: "
-                "prepend [CLS] first, then add all N + 1 rows of pos_embed.",
-                _EmbedPositionsBeforeCls,
-            ),
-            Mistake(
-                "the patches took rows 0..N-1 of pos_embed and [CLS] none: E_pos has N + 1 rows, "
-                "row 0 is [CLS]'s and rows 1..N belong to the patches (add it after prepending "
-                "[CLS]).",
-                _EmbedPositionsShifted,
-            ),
-            Mistake(
-                "the position embeddings are missing: add pos_embed (N + 1 rows) to the sequence.",
-                _EmbedNoPositions,
-            ),
-            Mistake(
-                "[CLS] is added to every patch vector: it is an extra token, concatenated in "
-                "front, so the output has N + 1 positions.",
-                _EmbedClsAdded,
-            ),
-            Mistake(
-                "the patches are cut wrongly (a plain reshape of the image): use your "
-                "patchify(images, self.patch_size).",
-                _EmbedPlainReshape,
-            ),
-        ],
-    )
-)
-
-
 def _embed_cases(thorough: bool) -> list[Case]:
     def case(B, C, H, W, p, d):
         image_size = H if H == W else (H, W)
@@ -440,10 +398,61 @@ def _embed_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def ViTEmbedding(student_cls, thorough: bool = False) -> bool:
-    """Check ViTEmbedding(image_size, patch_size, n_channels, d_model),
-    forward(images (B, C, H, W)) -> z_0 (B, N + 1, d_model)."""
-    return _run(_EMBED_EX, student_cls, _embed_cases(thorough), ("z_0",), thorough, "module")
+ViTEmbedding = Exercise(
+    name="ViTEmbedding",
+    lesson="11",
+    module="vit",
+    reference=_vit.ViTEmbedding,
+    forbidden=(
+        "transformer_lab.vit.ViTEmbedding",
+        "transformer_lab.vit.ViT",
+        "transformer_lab.ViT",
+        "transformer_lab.ViTEmbedding",
+    ),
+    mistakes=[
+        Mistake(
+            "cls-last",
+            "[CLS] is appended at the end: it goes in front, z_0 = [x_cls; x_1 E; ...; x_N E] "
+            "(torch.cat([cls, x], dim=1)), so the classifier can read it at index 0.",
+            _EmbedClsLast,
+        ),
+        Mistake(
+            "positions-before-cls",
+            "the positions are added before [CLS] is prepended, so [CLS] gets no position: "
+            "prepend [CLS] first, then add all N + 1 rows of pos_embed.",
+            _EmbedPositionsBeforeCls,
+        ),
+        Mistake(
+            "positions-shifted",
+            "the patches took rows 0..N-1 of pos_embed and [CLS] none: E_pos has N + 1 rows, "
+            "row 0 is [CLS]'s and rows 1..N belong to the patches (add it after prepending "
+            "[CLS]).",
+            _EmbedPositionsShifted,
+        ),
+        Mistake(
+            "no-positions",
+            "the position embeddings are missing: add pos_embed (N + 1 rows) to the sequence.",
+            _EmbedNoPositions,
+        ),
+        Mistake(
+            "cls-added",
+            "[CLS] is added to every patch vector: it is an extra token, concatenated in "
+            "front, so the output has N + 1 positions.",
+            _EmbedClsAdded,
+        ),
+        Mistake(
+            "plain-reshape",
+            "the patches are cut wrongly (a plain reshape of the image): use your "
+            "patchify(images, self.patch_size).",
+            _EmbedPlainReshape,
+        ),
+    ],
+    driver=ModuleDriver(_embed_cases, outputs=("z_0",)),
+    doc=(
+        "ViTEmbedding(image_size, patch_size, n_channels, d_model), "
+        "forward(images (B, C, H, W)) -> z_0 (B, N + 1, d_model)"
+    ),
+)
 
 
 # ==============================================================================================
@@ -487,54 +496,6 @@ def _cls_patch_mean(weights, grid):
     return _map_from(weights[:, :, 1:, 1:].mean(2).mean(1), weights, grid)
 
 
-_CLS_MAP_EX = _register(
-    Exercise(
-        name="cls_attention_map",
-        lesson="11",
-        module="vit",
-        reference=_vit.cls_attention_map,
-        forbidden=(
-            "transformer_lab.vit.cls_attention_map",
-            "transformer_lab.vit.ViT.cls_attention_map",
-        ),
-        mistakes=[
-            Mistake(
-                "you took column 0 (how much each patch attends to [CLS]): the [CLS] query is "
-                "row 0, weights[:, :, 0, 1:], what [CLS] attends to.",
-                _cls_column,
-            ),
-            Mistake(
-                "you read the last token's row: [CLS] is token 0, so its row is weights[:, :, 0].",
-                _cls_last_row,
-            ),
-            Mistake(
-                "off by one: drop column 0 ([CLS] attending to itself) and keep all N patches, "
-                "weights[:, :, 0, 1:].",
-                _cls_keeps_self,
-            ),
-            Mistake(
-                "the heads are summed: average them (mean over dim 1).",
-                _cls_sum_heads,
-            ),
-            Mistake(
-                "only the first head is used: average over all h heads.",
-                _cls_first_head,
-            ),
-            Mistake(
-                "the map is laid out column by column: patch i sits at row i // cols, column "
-                "i % cols, so reshape to (B, rows, cols) directly.",
-                _cls_column_major,
-            ),
-            Mistake(
-                "you averaged what the patches attend to (mean over the patch rows): the map is "
-                "the single row of the [CLS] query, row 0.",
-                _cls_patch_mean,
-            ),
-        ],
-    )
-)
-
-
 def _cls_map_cases(thorough: bool) -> list[Case]:
     def case(B, h, rows, cols, scale=2.0):
         n = rows * cols + 1
@@ -558,6 +519,56 @@ def _cls_map_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def cls_attention_map(student_fn, thorough: bool = False) -> bool:
-    """Check cls_attention_map(weights (B, h, N + 1, N + 1), grid (rows, cols)) -> (B, rows, cols)."""
-    return _run(_CLS_MAP_EX, student_fn, _cls_map_cases(thorough), ("map",), thorough, "function")
+cls_attention_map = Exercise(
+    name="cls_attention_map",
+    lesson="11",
+    module="vit",
+    reference=_vit.cls_attention_map,
+    forbidden=(
+        "transformer_lab.vit.cls_attention_map",
+        "transformer_lab.vit.ViT.cls_attention_map",
+    ),
+    mistakes=[
+        Mistake(
+            "cls-column",
+            "you took column 0 (how much each patch attends to [CLS]): the [CLS] query is "
+            "row 0, weights[:, :, 0, 1:], what [CLS] attends to.",
+            _cls_column,
+        ),
+        Mistake(
+            "last-row",
+            "you read the last token's row: [CLS] is token 0, so its row is weights[:, :, 0].",
+            _cls_last_row,
+        ),
+        Mistake(
+            "keeps-cls-self",
+            "off by one: drop column 0 ([CLS] attending to itself) and keep all N patches, "
+            "weights[:, :, 0, 1:].",
+            _cls_keeps_self,
+        ),
+        Mistake(
+            "heads-summed",
+            "the heads are summed: average them (mean over dim 1).",
+            _cls_sum_heads,
+        ),
+        Mistake(
+            "first-head",
+            "only the first head is used: average over all h heads.",
+            _cls_first_head,
+        ),
+        Mistake(
+            "column-major",
+            "the map is laid out column by column: patch i sits at row i // cols, column "
+            "i % cols, so reshape to (B, rows, cols) directly.",
+            _cls_column_major,
+        ),
+        Mistake(
+            "patch-mean",
+            "you averaged what the patches attend to (mean over the patch rows): the map is "
+            "the single row of the [CLS] query, row 0.",
+            _cls_patch_mean,
+        ),
+    ],
+    driver=FunctionDriver(_cls_map_cases, outputs=("map",)),
+    doc="cls_attention_map(weights (B, h, N + 1, N + 1), grid (rows, cols)) -> (B, rows, cols)",
+)

@@ -592,3 +592,46 @@ def test_simulated_colab_setup_never_changes_torch(colab, tmp_path):
     assert result.returncode != 0
     assert "the course needs torch<2.13,>=2.1, this runtime has torch 2.13.0" in result.stderr
     assert _torch_fingerprint(python) == before
+
+
+@pytest.mark.slow
+def test_simulated_colab_setup_adds_only_what_is_missing_and_works_without_drive(colab, tmp_path):
+    """A build that needs a package the runtime lacks: the cell adds it and changes nothing else;
+    with USE_DRIVE off it mounts nothing and says where the code stays."""
+    python = colab["python"]
+    before = _torch_fingerprint(python), _versions(python, "ipywidgets", "matplotlib", "numpy")
+    assert subprocess.run([str(python), "-c", "import termcolor"], capture_output=True).returncode
+    wheel = _build_wheel(
+        tmp_path / "source",
+        tmp_path / "wheels",
+        edit=lambda text: text.replace(
+            '"safetensors>=0.4",', '"safetensors>=0.4", "termcolor>=1",'
+        ),
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = _colab_env(colab, home, tmp_path / "drive", wheel=wheel)
+    env["STAND_IN_DRIVE_LOG"] = str(tmp_path / "mounts.log")
+    no_drive = ns.setup_source(INFO).replace(
+        "USE_DRIVE = True  # @param", "USE_DRIVE = False  # @param"
+    )
+    assert no_drive != ns.setup_source(INFO)
+    try:
+        result = subprocess.run(
+            [str(python), "-c", no_drive + "\nimport termcolor, transformer_lab"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"installed {wheel} and termcolor>=1" in result.stdout
+        assert "Drive off" in result.stdout and not (tmp_path / "mounts.log").exists()
+        after = _torch_fingerprint(python), _versions(python, "ipywidgets", "matplotlib", "numpy")
+        assert after == before
+    finally:
+        _uninstall_course(python)
+        subprocess.run(
+            [str(python), "-m", "pip", "uninstall", "-q", "-y", "termcolor"], capture_output=True
+        )

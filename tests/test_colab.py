@@ -70,7 +70,7 @@ def colab_link_problems(text: str) -> list[str]:
 def test_the_repository_address_is_written_once_in_pyproject():
     assert INFO["repository"] == "https://github.com/transformer-lab/transformer-lab"
     assert INFO["branch"] == "main"
-    assert "archive/refs/tags/v" + INFO["version"] in ns.setup_source(INFO)
+    assert f"archive/refs/heads/{INFO['branch']}.zip" in ns.setup_source(INFO)
 
 
 def test_notebooks_and_readme_are_up_to_date_with_the_generator():

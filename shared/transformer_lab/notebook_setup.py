@@ -170,7 +170,8 @@ def badge(info: dict, path: str) -> str:
 
 def setup_source(info: dict) -> str:
     """The text of the setup cell: installs the course at this version from the repository."""
-    archive = f"{info['repository']}/archive/refs/tags/v{info['version']}.zip"
+    # the branch the Colab badges open, so the code always matches the notebook it serves
+    archive = f"{info['repository']}/archive/refs/heads/{info['branch']}.zip"
     text = SETUP_TEMPLATE.replace("@ARCHIVE@", archive).replace("@VERSION@", info["version"])
     return text.rstrip("\n")
 

@@ -26,6 +26,7 @@ from . import (  # noqa: F401
     lesson06,
     lesson07,
     lesson08,
+    lesson08_generation,
     lesson09,
     lesson10,
     lesson11,
@@ -58,7 +59,8 @@ from .lesson04 import rotary_embedding, sinusoidal_positional_encoding
 from .lesson05 import EncoderBlock, FeedForward, LayerNorm
 from .lesson06 import alpha_22, causal_mask, padding_mask
 from .lesson07 import DecoderBlock, greedy_decode
-from .lesson08 import KVCache, lm_loss, next_token_probs, sample_next, shift_targets
+from .lesson08 import lm_loss, next_token_probs, shift_targets
+from .lesson08_generation import KVCache, sample_next
 from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
 from .lesson10 import document_rotation, sentence_permutation, text_infilling
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify

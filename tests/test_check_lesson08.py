@@ -3,7 +3,7 @@
 Correct implementations written the way a student would pass; every catalogued mistake fails the
 visible check with its sentence (the thorough run of each mutant is in test_check.py); further
 wrong variants are caught; forbidden built-ins are refused; bad input gets a clear message; the
-statistical check's tolerance is argued below (and in lesson08_generation.py).
+statistical check's tolerance is argued below (and in lesson08_sampling.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import lesson08_generation
+from transformer_lab.check import lesson08_sampling
 
 
 @pytest.fixture(autouse=True)
@@ -154,12 +154,12 @@ def test_log_of_softmax_passes_visible_but_fails_thorough():
 
 def test_hoeffding_tolerance_and_false_failure_rate():
     """t solves 2 exp(-2 N t²) = 2.8e-11; a thorough run compares at most 432 frequencies."""
-    t = lesson08_generation._sample_tolerance()
+    t = lesson08_sampling._sample_tolerance()
     assert 0.02 < t < 0.03
-    assert 2 * math.exp(-2 * lesson08_generation._N_SAMPLES * t**2) == pytest.approx(
+    assert 2 * math.exp(-2 * lesson08_sampling._N_SAMPLES * t**2) == pytest.approx(
         2.8e-11, rel=1e-6
     )
-    specs = lesson08_generation._sample_specs(thorough=True)
+    specs = lesson08_sampling._sample_specs(thorough=True)
     n_freqs = sum(len(rows) for kind, rows, *_ in specs if kind == "sampled") * 4  # 4 settings
     assert n_freqs <= 432
     assert n_freqs * 2.8e-11 < 1e-6
@@ -172,9 +172,9 @@ def test_frequency_mistakes_are_far_from_the_truth(key):
     from transformer_lab.gpt import next_token_probs
 
     impl = check.EXERCISES["sample_next"].mistake(key).impl
-    t = lesson08_generation._sample_tolerance()
+    t = lesson08_sampling._sample_tolerance()
     worst = 0.0
-    for kind, rows, temperature, top_k in lesson08_generation._sample_specs(thorough=False):
+    for kind, rows, temperature, top_k in lesson08_sampling._sample_specs(thorough=False):
         if kind != "sampled":
             continue
         row = torch.tensor(rows, dtype=torch.float64)

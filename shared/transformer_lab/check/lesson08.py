@@ -8,9 +8,9 @@ and `KVCache`.
 - `KVCache` is checked step by step (what each `append` returns, what `len` says) and then at
   work inside a GPT: cached logits must equal the full recomputation.
 
-The last two, the generation side, are in ``lesson08_generation`` (imported after this module,
-so the course order holds): with their trials the lesson would be twice the ~600 lines a check
-module should stay under.
+They are declared in three modules, imported in course order: this one (the first three), then
+``lesson08_sampling`` (sample_next) and ``lesson08_kvcache`` (KVCache), whose trials would make
+one module twice the ~600 lines a check module should stay under.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Correct implementations written the way a student would pass; every catalogued mistake fails the
 visible check with its sentence (the thorough run of each mutant is in test_check.py); further
 wrong variants are caught; forbidden built-ins are refused; bad input gets a clear message; the
-statistical check's tolerance is argued below (and in lesson08.py).
+statistical check's tolerance is argued below (and in lesson08_sampling.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import lesson08
+from transformer_lab.check import lesson08_sampling
 
 
 @pytest.fixture(autouse=True)
@@ -125,24 +125,24 @@ def test_good_implementations_are_saved(tmp_path):
 # grading); test_check.py runs each through the thorough check as well.
 
 CATALOGUE = [
-    (name, i)
+    (name, m.key)
     for name in ("shift_targets", "lm_loss", "next_token_probs", "sample_next", "KVCache")
-    for i in range(len(check.EXERCISES[name].mistakes))
+    for m in check.EXERCISES[name].mistakes
 ]
-VISIBLE_MISSES = {("lm_loss", 6)}  # log(softmax) only differs for large logits: thorough only
+VISIBLE_MISSES = {("lm_loss", "log-of-softmax")}  # only differs for large logits: thorough only
 
 
-@pytest.mark.parametrize("name,index", CATALOGUE, ids=[f"{n}-{i}" for n, i in CATALOGUE])
-def test_catalogued_mistake_is_named(name, index):
-    mistake = check.EXERCISES[name].mistakes[index]
-    thorough = (name, index) in VISIBLE_MISSES
+@pytest.mark.parametrize("name,key", CATALOGUE, ids=[f"{n}-{k}" for n, k in CATALOGUE])
+def test_catalogued_mistake_is_named(name, key):
+    mistake = check.EXERCISES[name].mistake(key)
+    thorough = (name, key) in VISIBLE_MISSES
     with pytest.raises(check.CheckFailed) as info:
         getattr(check, name)(mistake.impl, thorough=thorough)
     assert f"Likely mistake: {mistake.sentence}" in str(info.value)
 
 
 def test_log_of_softmax_passes_visible_but_fails_thorough():
-    mutant = check.EXERCISES["lm_loss"].mistakes[6].impl
+    mutant = check.EXERCISES["lm_loss"].mistake("log-of-softmax").impl
     assert check.lm_loss(mutant) is None
     with pytest.raises(check.CheckFailed, match="log_softmax"):
         check.lm_loss(mutant, thorough=True)
@@ -154,25 +154,27 @@ def test_log_of_softmax_passes_visible_but_fails_thorough():
 
 def test_hoeffding_tolerance_and_false_failure_rate():
     """t solves 2 exp(-2 N t²) = 2.8e-11; a thorough run compares at most 432 frequencies."""
-    t = lesson08._sample_tolerance()
+    t = lesson08_sampling._sample_tolerance()
     assert 0.02 < t < 0.03
-    assert 2 * math.exp(-2 * lesson08._N_SAMPLES * t**2) == pytest.approx(2.8e-11, rel=1e-6)
-    specs = lesson08._sample_specs(thorough=True)
+    assert 2 * math.exp(-2 * lesson08_sampling._N_SAMPLES * t**2) == pytest.approx(
+        2.8e-11, rel=1e-6
+    )
+    specs = lesson08_sampling._sample_specs(thorough=True)
     n_freqs = sum(len(rows) for kind, rows, *_ in specs if kind == "sampled") * 4  # 4 settings
     assert n_freqs <= 432
     assert n_freqs * 2.8e-11 < 1e-6
 
 
-@pytest.mark.parametrize("index", [0, 2, 5], ids=["argmax", "no-temperature", "softmax-twice"])
-def test_frequency_mistakes_are_far_from_the_truth(index):
+@pytest.mark.parametrize("key", ["argmax", "no-temperature", "softmax-twice"])
+def test_frequency_mistakes_are_far_from_the_truth(key):
     """Each frequency mutant moves some probability by > 2t + margin in a visible case, so it
     fails whatever its draws (its own frequencies are within t of its distribution)."""
     from transformer_lab.gpt import next_token_probs
 
-    impl = check.EXERCISES["sample_next"].mistakes[index].impl
-    t = lesson08._sample_tolerance()
+    impl = check.EXERCISES["sample_next"].mistake(key).impl
+    t = lesson08_sampling._sample_tolerance()
     worst = 0.0
-    for kind, rows, temperature, top_k in lesson08._sample_specs(thorough=False):
+    for kind, rows, temperature, top_k in lesson08_sampling._sample_specs(thorough=False):
         if kind != "sampled":
             continue
         row = torch.tensor(rows, dtype=torch.float64)

@@ -17,6 +17,7 @@ Works in plain Jupyter, Colab and under nbgrader alike; nothing here needs nbgra
 from __future__ import annotations
 
 # The lesson modules, in course order: importing one declares its exercises in EXERCISES.
+# isort: off
 from . import (  # noqa: F401
     lesson01,
     lesson02,
@@ -26,10 +27,14 @@ from . import (  # noqa: F401
     lesson06,
     lesson07,
     lesson08,
+    lesson08_sampling,
+    lesson08_kvcache,
     lesson09,
     lesson10,
     lesson11,
 )
+
+# isort: on
 from .drivers import (
     Call,
     CustomDriver,
@@ -58,7 +63,9 @@ from .lesson04 import rotary_embedding, sinusoidal_positional_encoding
 from .lesson05 import EncoderBlock, FeedForward, LayerNorm
 from .lesson06 import alpha_22, causal_mask, padding_mask
 from .lesson07 import DecoderBlock, greedy_decode
-from .lesson08 import KVCache, lm_loss, next_token_probs, sample_next, shift_targets
+from .lesson08 import lm_loss, next_token_probs, shift_targets
+from .lesson08_kvcache import KVCache
+from .lesson08_sampling import sample_next
 from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
 from .lesson10 import document_rotation, sentence_permutation, text_infilling
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify

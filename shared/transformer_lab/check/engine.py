@@ -391,6 +391,12 @@ def _same(a, b, dtype, device) -> bool:
     return True
 
 
+def same_within_tolerance(a, b, dtype, device) -> bool:
+    """Whether two results (a tensor or a tuple of them) agree within the tolerance for `dtype` on
+    `device`: same shapes, close entries (NaN matching NaN); non-tensors compared with ==."""
+    return _same(a, b, dtype, device)
+
+
 def _case_text(case: Case, dtype, device) -> str:
     return f"{case.label} ({str(dtype).replace('torch.', '')} on {device.type})"
 
@@ -412,6 +418,12 @@ def _init_parameters(module: nn.Module, seed: int) -> None:
         for p in module.parameters():
             fan_in = p.shape[-1] if p.dim() > 1 else p.shape[0]
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
+
+
+def init_parameters(module: nn.Module, seed: int) -> None:
+    """Fill every parameter of `module` from a generator seeded with `seed` (as the module
+    drivers do for the reference), independent of the global seed."""
+    _init_parameters(module, seed)
 
 
 def _passed(

@@ -8,17 +8,8 @@ import torch
 
 from .. import encoder_decoder as _ed
 from ..masking import causal_mask
-from .engine import (
-    Case,
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    _register,
-    _run,
-    _run_student,
-    available_devices,
-)
+from .drivers import Finding, ModuleDriver, TrialDriver
+from .engine import Case, Exercise, Mistake, available_devices
 
 __all__ = ["DecoderBlock", "greedy_decode"]
 
@@ -84,55 +75,6 @@ class _DecoderNoResidual(_ed.DecoderBlock):
         return self.norm3(x + self.ffn(x))
 
 
-_DECODER_EX = _register(
-    Exercise(
-        name="DecoderBlock",
-        lesson="07",
-        module="encoder_decoder",
-        reference=_ed.DecoderBlock,
-        forbidden=(
-            "transformer_lab.encoder_decoder.DecoderBlock",
-            "transformer_lab.DecoderBlock",
-            "transformer_lab.encoder_decoder.Transformer",
-            "transformer_lab.Transformer",
-            "torch.nn.TransformerDecoderLayer",
-            "torch.nn.TransformerDecoder",
-            "torch.nn.Transformer",
-        ),
-        mistakes=[
-            Mistake(
-                "cross-attention ignores the memory: its keys and values must come from the "
-                "encoder (self.cross_attn(x, context=memory, ...)).",
-                _DecoderKVFromDecoder,
-            ),
-            Mistake(
-                "the roles in cross-attention are swapped: the queries come from the decoder (x), "
-                "the keys and values from the memory.",
-                _DecoderRolesSwapped,
-            ),
-            Mistake(
-                "the causal mask is not applied: pass self_mask to the self-attention sublayer.",
-                _DecoderNoSelfMask,
-            ),
-            Mistake(
-                "the memory mask is ignored: pass memory_mask to the cross-attention sublayer so "
-                "padded source positions get no weight.",
-                _DecoderNoMemoryMask,
-            ),
-            Mistake(
-                "pre-norm and post-norm are swapped: norm_first=True normalises each sublayer's "
-                "input (x + f(norm(x))); norm_first=False normalises after the sum (norm(x + f(x))).",
-                _DecoderNormSwapped,
-            ),
-            Mistake(
-                "the residual connection around cross-attention is missing: add its output to x.",
-                _DecoderNoResidual,
-            ),
-        ],
-    )
-)
-
-
 def _decoder_cases(thorough: bool) -> list[Case]:
     def case(B, L_t, L_s, d_model, n_heads, d_ff, norm_first=False, causal=True, pad=True):
         def make(g):
@@ -171,14 +113,64 @@ def _decoder_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-def DecoderBlock(student_cls, thorough: bool = False) -> bool:
-    """Check DecoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False),
-    forward(x, memory, self_mask=None, memory_mask=None) -> (B, L_t, d_model)."""
-    return _run(_DECODER_EX, student_cls, _decoder_cases(thorough), ("output",), thorough, "module")
+DecoderBlock = Exercise(
+    name="DecoderBlock",
+    lesson="07",
+    module="encoder_decoder",
+    reference=_ed.DecoderBlock,
+    forbidden=(
+        "transformer_lab.encoder_decoder.DecoderBlock",
+        "transformer_lab.DecoderBlock",
+        "transformer_lab.encoder_decoder.Transformer",
+        "transformer_lab.Transformer",
+        "torch.nn.TransformerDecoderLayer",
+        "torch.nn.TransformerDecoder",
+        "torch.nn.Transformer",
+    ),
+    mistakes=[
+        Mistake(
+            "kv-from-x",
+            "cross-attention ignores the memory: its keys and values must come from the "
+            "encoder (self.cross_attn(x, context=memory, ...)).",
+            _DecoderKVFromDecoder,
+        ),
+        Mistake(
+            "roles-swapped",
+            "the roles in cross-attention are swapped: the queries come from the decoder (x), "
+            "the keys and values from the memory.",
+            _DecoderRolesSwapped,
+        ),
+        Mistake(
+            "no-self-mask",
+            "the causal mask is not applied: pass self_mask to the self-attention sublayer.",
+            _DecoderNoSelfMask,
+        ),
+        Mistake(
+            "no-memory-mask",
+            "the memory mask is ignored: pass memory_mask to the cross-attention sublayer so "
+            "padded source positions get no weight.",
+            _DecoderNoMemoryMask,
+        ),
+        Mistake(
+            "norm-swapped",
+            "pre-norm and post-norm are swapped: norm_first=True normalises each sublayer's "
+            "input (x + f(norm(x))); norm_first=False normalises after the sum (norm(x + f(x))).",
+            _DecoderNormSwapped,
+        ),
+        Mistake(
+            "no-cross-residual",
+            "the residual connection around cross-attention is missing: add its output to x.",
+            _DecoderNoResidual,
+        ),
+    ],
+    driver=ModuleDriver(_decoder_cases, outputs=("output",)),
+    doc="DecoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False), "
+    "forward(x, memory, self_mask=None, memory_mask=None) -> (B, L_t, d_model)",
+)
 
 
 # ==============================================================================================
-# Exercise 2 — greedy_decode: token outputs, so a check kind of its own (exact equality).
+# Exercise 2 — greedy_decode: token outputs on random Transformers, one trial per model (exact).
 
 
 @torch.no_grad()
@@ -250,51 +242,6 @@ def _greedy_pad_not_stop(model, src, bos_id, eos_id, max_len):
     return ys
 
 
-_GREEDY_EX = _register(
-    Exercise(
-        name="greedy_decode",
-        lesson="07",
-        module="encoder_decoder",
-        reference=_ed.greedy_decode,
-        forbidden=(
-            "transformer_lab.encoder_decoder.greedy_decode",
-            "transformer_lab.encoder_decoder.beam_search",
-            "transformer_lab.greedy_decode",
-            "transformer_lab.beam_search",
-            "transformer_lab.seq2seq.greedy_decode",
-            "transformer_lab.seq2seq.beam_search",
-            "transformer_lab.seq2seq.translate",
-        ),
-        mistakes=[
-            Mistake(
-                "decoding goes on after EOS: once a sequence has emitted eos_id, append "
-                "model.pad_id to it, and stop when every sequence is done.",
-                _greedy_no_stop,
-            ),
-            Mistake(
-                "the next token is the argmax at the first position: take the logits of the last "
-                "position, logits[:, -1].",
-                _greedy_first_position,
-            ),
-            Mistake(
-                "the output must start with BOS: begin with a (B, 1) column of bos_id, feed it to "
-                "the decoder and keep it in the result.",
-                _greedy_no_bos,
-            ),
-            Mistake(
-                "the whole batch stops when one sequence emits EOS: stop only when every sequence "
-                "is done (pad the finished ones meanwhile).",
-                _greedy_stop_at_first_eos,
-            ),
-            Mistake(
-                "the loop never stops early: break as soon as every sequence has emitted EOS.",
-                _greedy_pad_not_stop,
-            ),
-        ],
-    )
-)
-
-
 def _random_model(vocab: int, d_model: int, n_layers: int, norm_first: bool, seed: int):
     """A small Transformer whose weights come from the check's own generator (not the global one)."""
     with torch.random.fork_rng(devices=[]):
@@ -355,56 +302,34 @@ def _pick_eos(model, src, bos_id: int, max_len: int) -> int:
     return best
 
 
-def _check_greedy(ex: Exercise, student_fn, thorough: bool) -> int:
-    devices = available_devices() if thorough else [torch.device("cpu")]
-    n = 0
-    for device in devices:
-        for spec in _greedy_grid(thorough):
-            model = _random_model(
-                spec["vocab"], spec["d_model"], spec["n_layers"], spec["norm_first"], spec["seed"]
-            ).to(device)
-            g = torch.Generator().manual_seed(spec["seed"] + 1)
-            src = torch.randint(3, spec["vocab"], (spec["B"], spec["L_s"]), generator=g)
-            src = src.to(device)
-            bos_id, max_len = 1, spec["max_len"]
-            eos_id = _pick_eos(model, src, bos_id, max_len)
-            expected = ex.reference(model, src, bos_id, eos_id, max_len)
-            call = f"greedy_decode(model, src {tuple(src.shape)}, bos_id=1, eos_id={eos_id}, max_len={max_len})"
-            label = (
-                f"{call} on a random Transformer (d_model={spec['d_model']}, "
-                f"{spec['n_layers']} layer(s), norm_first={spec['norm_first']}, {device.type})"
-            )
-            try:
-                with torch.no_grad():
-                    got = _run_student(
-                        ex,
-                        student_fn,
-                        lambda: student_fn(model, src.clone(), bos_id, eos_id, max_len),  # noqa: B023
-                    )
-            except (ImplementThisYourself, NotImplementedError):
-                raise
-            except Exception as err:
-                raise CheckFailed(
-                    f"{ex.name}: {call} raised {type(err).__name__}: {err}\n  case: {label}"
-                ) from None
-            problem = _compare_tokens(expected, got)
-            if problem:
-                hint = ""
-                for mistake in ex.mistakes:
-                    try:
-                        wrong = mistake.impl(model, src.clone(), bos_id, eos_id, max_len)
-                    except Exception:
-                        continue
-                    if _equal(wrong, got) and not _equal(wrong, expected):
-                        hint = f"\nLikely mistake: {mistake.sentence}"
-                        break
-                raise CheckFailed(
-                    f"{ex.name}: {problem}\n  expected {expected.tolist()}\n  got      "
-                    f"{got.tolist() if isinstance(got, torch.Tensor) else got!r}\n"
-                    f"  case: {label}{hint}"
-                )
-            n += 1
-    return n
+def _devices(thorough: bool) -> list[torch.device]:
+    return available_devices() if thorough else [torch.device("cpu")]
+
+
+@torch.no_grad()
+def _greedy_trial(impl, spec: dict, device: torch.device, call) -> Finding | None:
+    """Decode with `impl` on a random Transformer; a Finding when its tokens are not the
+    reference's (the tokens are the evidence a catalogued mistake is matched by)."""
+    model = _random_model(
+        spec["vocab"], spec["d_model"], spec["n_layers"], spec["norm_first"], spec["seed"]
+    ).to(device)
+    g = torch.Generator().manual_seed(spec["seed"] + 1)
+    src = torch.randint(3, spec["vocab"], (spec["B"], spec["L_s"]), generator=g).to(device)
+    bos_id, max_len = 1, spec["max_len"]
+    eos_id = _pick_eos(model, src, bos_id, max_len)
+    expected = _ed.greedy_decode(model, src, bos_id, eos_id, max_len)
+    text = f"greedy_decode(model, src {tuple(src.shape)}, bos_id=1, eos_id={eos_id}, max_len={max_len})"
+    label = (
+        f"{text} on a random Transformer (d_model={spec['d_model']}, "
+        f"{spec['n_layers']} layer(s), norm_first={spec['norm_first']}, {device.type})"
+    )
+    got = call(lambda: impl(model, src.clone(), bos_id, eos_id, max_len), text, label)
+    problem = _compare_tokens(expected, got)
+    if problem is None:
+        return None
+    shown = got.tolist() if isinstance(got, torch.Tensor) else repr(got)
+    problem += f"\n  expected {expected.tolist()}\n  got      {shown}"
+    return Finding(problem, label, "tokens", got)
 
 
 def _equal(a, b) -> bool:
@@ -437,6 +362,51 @@ def _compare_tokens(expected: torch.Tensor, got) -> str | None:
     return None
 
 
-def greedy_decode(student_fn, thorough: bool = False) -> bool:
-    """Check greedy_decode(model, src, bos_id, eos_id, max_len) -> tokens (B, 1 + n)."""
-    return _run(_GREEDY_EX, student_fn, None, None, thorough, _check_greedy)
+greedy_decode = Exercise(
+    name="greedy_decode",
+    lesson="07",
+    module="encoder_decoder",
+    reference=_ed.greedy_decode,
+    forbidden=(
+        "transformer_lab.encoder_decoder.greedy_decode",
+        "transformer_lab.encoder_decoder.beam_search",
+        "transformer_lab.greedy_decode",
+        "transformer_lab.beam_search",
+        "transformer_lab.seq2seq.greedy_decode",
+        "transformer_lab.seq2seq.beam_search",
+        "transformer_lab.seq2seq.translate",
+    ),
+    mistakes=[
+        Mistake(
+            "no-stop-after-eos",
+            "decoding goes on after EOS: once a sequence has emitted eos_id, append "
+            "model.pad_id to it, and stop when every sequence is done.",
+            _greedy_no_stop,
+        ),
+        Mistake(
+            "first-position",
+            "the next token is the argmax at the first position: take the logits of the last "
+            "position, logits[:, -1].",
+            _greedy_first_position,
+        ),
+        Mistake(
+            "no-bos",
+            "the output must start with BOS: begin with a (B, 1) column of bos_id, feed it to "
+            "the decoder and keep it in the result.",
+            _greedy_no_bos,
+        ),
+        Mistake(
+            "stop-at-first-eos",
+            "the whole batch stops when one sequence emits EOS: stop only when every sequence "
+            "is done (pad the finished ones meanwhile).",
+            _greedy_stop_at_first_eos,
+        ),
+        Mistake(
+            "never-stops-early",
+            "the loop never stops early: break as soon as every sequence has emitted EOS.",
+            _greedy_pad_not_stop,
+        ),
+    ],
+    driver=TrialDriver(_greedy_grid, _greedy_trial, matches=_equal, settings=_devices),
+    doc="greedy_decode(model, src, bos_id, eos_id, max_len) -> tokens (B, 1 + n)",
+)

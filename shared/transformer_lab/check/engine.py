@@ -27,7 +27,6 @@ per kind of exercise); ``check.forbid`` switches the forbidden names off.
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from torch import nn
 
 from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
 from .feedback import render
-from .forbid import ImplementThisYourself, _resolve, forbid, resolve  # noqa: F401 (re-exported)
+from .forbid import ImplementThisYourself, forbid, resolve  # noqa: F401 (re-exported)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
 TOLERANCES = {torch.float64: (1e-9, 1e-7), torch.float32: (3e-5, 3e-4)}
@@ -109,9 +108,6 @@ def settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
     accelerator when thorough."""
     devices = available_devices() if thorough else [torch.device("cpu")]
     return [(device, dtype) for device in devices for dtype in _dtypes_for(device)]
-
-
-_settings = settings  # old name, for the lesson modules not converted yet
 
 
 def fail(
@@ -225,12 +221,6 @@ class Exercise:
             if same(out, got) and not same(out, expected):
                 return mistake
         return None
-
-
-def _register(ex: Exercise) -> Exercise:
-    """Old name (an Exercise now declares itself); kept until every lesson is converted."""
-    EXERCISES.add(ex)
-    return ex
 
 
 # ----------------------------------------------------------------------------------------------
@@ -401,16 +391,6 @@ def _case_text(case: Case, dtype, device) -> str:
     return f"{case.label} ({str(dtype).replace('torch.', '')} on {device.type})"
 
 
-def _fail(ex: Exercise, case: Case, dtype, device, problem: str, hint: str = "") -> NoReturn:
-    """Old form of `fail` (hint: "\nLikely mistake: ..."); kept until every lesson is converted."""
-    mistake = Mistake("", hint.removeprefix("\nLikely mistake: "), _fail) if hint else None
-    fail(ex, problem, _case_text(case, dtype, device), mistake)
-
-
-def _run_student(ex: Exercise, student_obj, call: Callable):
-    return ex.run_student(student_obj, call)
-
-
 def _init_parameters(module: nn.Module, seed: int) -> None:
     """Fill every parameter from the check's own generator (independent of the global seed)."""
     g = torch.Generator().manual_seed(seed)
@@ -464,29 +444,3 @@ def _run_driver(ex: Exercise, student_obj, thorough: bool, driver) -> None:
         torch.set_num_threads(threads)
     n, what = n if isinstance(n, tuple) else (n, driver.covered(thorough))
     _passed(ex, student_obj, n, thorough, time.perf_counter() - start, what)
-
-
-def _run(ex: Exercise, student_obj, cases, names, thorough, kind) -> None:
-    """Old entry point (lesson modules not converted yet): kind "function", "module" or a callable
-    check(ex, student_obj, thorough)."""
-    drivers = importlib.import_module(".drivers", __package__)  # (drivers import this module)
-    if kind == "module":
-        driver = drivers.ModuleDriver(lambda t: cases, names)
-    elif kind == "function":
-        driver = drivers.FunctionDriver(lambda t: cases, names)
-    else:
-        driver = drivers.CustomDriver(kind)
-    _run_driver(ex, student_obj, thorough, driver)
-
-
-def _diagnose(ex: Exercise, run_mistake: Callable, expected, got, dtype, device) -> str:
-    """Old form of ``ex.diagnose`` (returns "\nLikely mistake: ..." or ""); kept until every lesson
-    is converted."""
-    mistake = ex.diagnose(run_mistake, got, expected, lambda a, b: _same(a, b, dtype, device))
-    return f"\nLikely mistake: {mistake.sentence}" if mistake else ""
-
-
-def _check_function(ex, student_fn, cases, names, thorough) -> int:
-    """Old form of FunctionDriver(...).run; kept until every lesson is converted."""
-    drivers = importlib.import_module(".drivers", __package__)
-    return drivers.FunctionDriver(lambda t: cases, names).run(ex, student_fn, thorough)

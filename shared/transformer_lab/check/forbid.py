@@ -33,9 +33,6 @@ def resolve(dotted: str):
     raise ImportError(dotted)
 
 
-_resolve = resolve  # old name (instructor.verify reads engine._resolve)
-
-
 def _stub(dotted: str, exercise: str) -> Callable:
     short = dotted.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
 

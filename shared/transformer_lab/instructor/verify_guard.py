@@ -10,26 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-
-def resolve_dotted(dotted: str) -> tuple[object, str]:
-    """'torch.nn.functional.softmax' -> (the object holding it, 'softmax'); ImportError if no
-    prefix of the name is an importable module."""
-    parts = dotted.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for attr in parts[cut:-1]:
-            owner = getattr(owner, attr)
-        return owner, parts[-1]
-    raise ImportError(dotted)
+from transformer_lab.check.forbid import resolve as resolve_dotted
 
 
 def short(dotted: str) -> str:

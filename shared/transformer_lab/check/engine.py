@@ -302,10 +302,7 @@ def _compare_tensor(expected, got, what: str, dtype, device) -> str | None:
     )
 
 
-def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
-    """None when `got` equals `expected` within the tolerance for `dtype` on `device`, else one
-    sentence about `what` saying what differs (type, shape, dtype, device, where, by how much)."""
-    return _compare_tensor(expected, got, what, dtype, device)
+compare_tensor = _compare_tensor  # public: a lesson module's own tolerance comparison
 
 
 def _compare_outputs(expected, got, names: tuple[str, ...], dtype, device) -> str | None:
@@ -390,10 +387,8 @@ def _same(a, b, dtype, device) -> bool:
     return True
 
 
-def same_within_tolerance(a, b, dtype, device) -> bool:
-    """Whether two results (a tensor or a tuple of them) agree within the tolerance for `dtype` on
-    `device`: same shapes, close entries (NaN matching NaN); non-tensors compared with ==."""
-    return _same(a, b, dtype, device)
+# public: whether two results (tensors or tuples of them) agree within the tolerance
+same_within_tolerance = _same
 
 
 def _case_text(case: Case, dtype, device) -> str:
@@ -419,10 +414,7 @@ def _init_parameters(module: nn.Module, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
 
 
-def init_parameters(module: nn.Module, seed: int) -> None:
-    """Fill every parameter of `module` from a generator seeded with `seed` (as the module
-    drivers do for the reference), independent of the global seed."""
-    _init_parameters(module, seed)
+init_parameters = _init_parameters  # public: a lesson module's own model, seeded weights
 
 
 def _passed(

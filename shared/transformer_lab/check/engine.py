@@ -381,10 +381,8 @@ def _same(a, b, dtype, device) -> bool:
     return True
 
 
-def same_within_tolerance(a, b, dtype, device) -> bool:
-    """Whether two results (a tensor or a tuple of them) agree within the tolerance for `dtype` on
-    `device`: same shapes, close entries (NaN matching NaN); non-tensors compared with ==."""
-    return _same(a, b, dtype, device)
+# public: whether two results (tensors or tuples of them) agree within the tolerance
+same_within_tolerance = _same
 
 
 def _case_text(case: Case, dtype, device) -> str:
@@ -400,10 +398,7 @@ def _init_parameters(module: nn.Module, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
 
 
-def init_parameters(module: nn.Module, seed: int) -> None:
-    """Fill every parameter of `module` from a generator seeded with `seed` (as the module
-    drivers do for the reference), independent of the global seed."""
-    _init_parameters(module, seed)
+init_parameters = _init_parameters  # public: a lesson module's own model, seeded weights
 
 
 def _passed(

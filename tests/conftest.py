@@ -1,4 +1,10 @@
-"""Shared fixtures: devices (cpu, and cuda when present), dtypes and their tolerances."""
+"""Shared fixtures: devices (cpu, and cuda when present), dtypes and their tolerances, and a
+throw-away student package.
+
+The suite mirrors the package: ``models/`` (the reference modules and the models built from
+parts), ``checks/`` (the check engine and one file per lesson's checks), ``grading/`` (the
+instructor's pipeline and the hostile submissions), ``notebooks/`` (lectures, JupyterLab in a
+browser, the simulated Colab, ``make lab``)."""
 
 from __future__ import annotations
 
@@ -39,3 +45,12 @@ def dtype(request) -> torch.dtype:
 def tol(dtype) -> dict:
     """Keyword arguments for torch.testing.assert_close / torch.allclose at this dtype."""
     return TOLERANCES[dtype]
+
+
+@pytest.fixture
+def student_dir(tmp_path, monkeypatch):
+    """A private student package for one test (never the learner's own), outside grading mode."""
+    path = tmp_path / "pkg"
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(path))
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+    return path

@@ -12,7 +12,7 @@ Each driver gives ``cases(thorough)``, ``run_case(ex, student_obj, case, index, 
 - CustomDriver: anything else (a function check(ex, student_obj, thorough)).
 
 The engine's comparison helpers are looked up on the engine module at call time (``_engine.X``),
-so a patched engine behaves the same for every driver (tests/test_tamper.py relies on it).
+so a patched engine behaves the same for every driver (tests/grading/test_tamper.py relies on it).
 """
 
 from __future__ import annotations

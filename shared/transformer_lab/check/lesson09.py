@@ -14,7 +14,7 @@ contract does fix, on tens of thousands of tokens:
 Each proportion must lie within Z_SIGMAS = 6.5 binomial standard deviations of its expectation;
 the mean of the random ids within a Hoeffding bound of confidence 1 - 1e-9; two seeds must give
 two corruptions (identical ones have probability (p² + (1-p)²)^N, N >= 2000 eligible positions).
-tests/test_check_lesson09.py computes the exact binomial tails: a correct implementation fails
+tests/checks/test_lesson09.py computes the exact binomial tails: a correct implementation fails
 the thorough check (on up to three devices) with probability below 1e-6. The mistakes that only
 statistics can catch miss their statistic by more than 20 standard deviations.
 

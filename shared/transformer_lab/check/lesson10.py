@@ -20,7 +20,7 @@ span behind each [MASK] can be measured exactly.
 fail by chance. Every statistical test below is set so that the chance of failing a correct
 implementation is under FALSE_FAILURE = 1e-7, and a check call runs at most 3 of them, so a
 correct implementation fails a call with probability < 1e-6 (the argument sits next to each
-test; tests/test_check_lesson10.py recomputes the numbers). Each catalogued mistake misses its
+test; tests/checks/test_lesson10.py recomputes the numbers). Each catalogued mistake misses its
 band by a wide margin, and the seeds are fixed, so a mistake fails every time.
 
 **Naming mistakes.** Each property failure carries a key ("adjacent masks", "no 0-length span",
@@ -309,7 +309,7 @@ def span_band(expected: float) -> tuple[float, float]:
     up to round(p * L)); 0-length spans come in bursts: after each non-empty draw, a Geometric
     run of empty ones, so var/mean ~ 1/(1 - e^-lam) + a little = 1.37 at lam = 1.5 (measured
     over 3,000 documents for every configuration here; re-measured by
-    tests/test_check_lesson10.py). With sigma^2 = 1.5 * mean, the band mean +- (6 sigma + 3)
+    tests/checks/test_lesson10.py). With sigma^2 = 1.5 * mean, the band mean +- (6 sigma + 3)
     leaves a normal tail of 2e-9 per band (the + 3 covers the skew of small counts); at most 32
     bands give < 1e-7 per check call.
     """
@@ -862,7 +862,7 @@ def _rotation_suite(fn: Callable, thorough: bool, call: Callable = _direct) -> i
             "must be drawn at random, k uniform in 0 .. L-1",
         )
     # k from 0..L (a common slip) makes k = 0 twice as likely: at L = 4 and 1600 draws it comes
-    # out ~640 times, 7 of its standard deviations above the band (tests/test_check_lesson10.py)
+    # out ~640 times, 7 of its standard deviations above the band (tests/checks/test_lesson10.py)
     stats = [(4, 1600)] if not thorough else [(4, 1600), (7, 1750)]
     for L, n_draws in stats:
         doc = _distinct_doc(40 + L, L)

@@ -16,13 +16,6 @@ from transformer_lab.add_norm import FeedForward, LayerNorm
 from transformer_lab.check import lesson07
 from transformer_lab.multihead import MultiHeadAttention
 
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations.
 

@@ -27,7 +27,7 @@ from transformer_lab.instructor import nbgrader_app, report
 from transformer_lab.instructor import records as rec
 from transformer_lab.instructor import release as rel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
 NO_SCALE = check.EXERCISES["scaled_dot_product_attention"].mistakes[0].sentence
 BY_D_K = check.EXERCISES["scaled_dot_product_attention"].mistakes[1].sentence

@@ -1,7 +1,7 @@
 """Lesson 06 checks: causal_mask, padding_mask and the practice answer alpha_22.
 
 Correct implementations written the way a student would pass; wrong ones beyond the catalogue
-(which tests/test_check.py covers) are rejected; forbidden helpers are refused.
+(which tests/checks/test_engine_and_lessons01_02.py covers) are rejected; forbidden helpers are refused.
 """
 
 from __future__ import annotations
@@ -15,13 +15,6 @@ import torch
 import transformer_lab
 from transformer_lab import check
 from transformer_lab.check import lesson06
-
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations.

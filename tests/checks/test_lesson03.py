@@ -17,12 +17,6 @@ from transformer_lab import check, multihead
 from transformer_lab.check.engine import CheckFailed, ImplementThisYourself
 
 
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 def good_split(x, n_heads):
     B, L, d_model = x.shape
     d_k = d_model // n_heads

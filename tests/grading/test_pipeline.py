@@ -20,7 +20,7 @@ from transformer_lab import check
 from transformer_lab.instructor import nbgrader_app
 from transformer_lab.instructor.course import assignments
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Every lesson in solutions/ is covered; its points are what its test cells declare.
 LESSONS = assignments(REPO)
 

@@ -18,13 +18,6 @@ from torch import nn
 import transformer_lab
 from transformer_lab import attention, check, student
 
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written the way a student would.
 

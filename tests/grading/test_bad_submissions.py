@@ -4,7 +4,7 @@ Lesson 02 (two graded cells: sdpa-test 5 points, self-attention-test 3) is grade
 temporary copy of the course for about twenty students at once: two honest ones (the solution
 notebook) and one per bad case. Each test asserts one student's exact score, status and reason,
 and that the honest students of the same run got full marks. The tamper half (monkeypatching,
-forbidden calls) is tests/test_tamper.py.
+forbidden calls) is tests/grading/test_tamper.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from transformer_lab.instructor import grade, nbgrader_app, sandbox
 from transformer_lab.instructor import records as rec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
 NAME = f"{LESSON}.ipynb"
 FULL = 8.0

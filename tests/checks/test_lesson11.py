@@ -17,13 +17,6 @@ from torch import nn
 from transformer_lab import check, vit
 from transformer_lab.check import lesson11
 
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, each by another route than the reference.
 

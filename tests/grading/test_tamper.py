@@ -20,7 +20,7 @@ from transformer_lab.instructor.notebook_format import check_calls
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 L02, L06 = "02_qkv_attention", "06_masking"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 

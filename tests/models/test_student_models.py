@@ -25,9 +25,7 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+def _fresh_student(student_dir):
     student._TOLD.clear()
 
 

@@ -4,8 +4,8 @@ Run each mistake through its check (visible and thorough) and write {exercise: {
 Mistakes are named by key when they have one, else by position ("#3"); the sentence is the stable
 identity across the conversion, so the fixture is keyed by sentence. Timings are normalised.
 
-    .venv/bin/python tests/check_messages.py > tests/fixtures/check_messages.json   # regenerate
-The guard is tests/test_check_messages_frozen.py.
+    .venv/bin/python tests/checks/check_messages.py > tests/checks/fixtures/check_messages.json   # regenerate
+The guard is tests/checks/test_messages_frozen.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ kill, an LMS zip as input, the gradebook merge).
 
 The tiny course (`99_tiny`: `add` 2 points, `mul` 1 point, plain asserts) keeps runs to seconds;
 its tests are not transformer_lab checks, so the clean re-check (verify) is switched off there.
-The real lesson is graded in tests/test_bad_submissions.py.
+The real lesson is graded in tests/grading/test_bad_submissions.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from transformer_lab.instructor import collect, export, grade, job, nbgrader_app
 from transformer_lab.instructor import records as rec
 from transformer_lab.instructor.course import PACKAGE_REPO, course_root
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = "99_tiny"
 NAME = f"{TINY}.ipynb"
 needs_namespaces = pytest.mark.skipif(

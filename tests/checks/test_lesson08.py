@@ -16,13 +16,6 @@ import torch
 from transformer_lab import check
 from transformer_lab.check import lesson08_sampling
 
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written differently from the reference.
 

@@ -226,7 +226,7 @@ def test_the_feedback_filter_keeps_the_rendering_and_cuts_other_tracebacks():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "autograder" / "feedback_filter.py"
+    path = Path(__file__).resolve().parents[2] / "autograder" / "feedback_filter.py"
     spec = importlib.util.spec_from_file_location("_feedback_filter", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

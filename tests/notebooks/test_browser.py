@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "tests" / "artifacts" / "screenshots"
 CHROMIUM = os.environ.get("TRANSFORMER_LAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -18,7 +18,7 @@ import pytest
 from transformer_lab import cli
 from transformer_lab.instructor import feedback as fb
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LESSON = "03_multihead_attention"
 
 pytestmark = pytest.mark.slow

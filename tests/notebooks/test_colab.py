@@ -23,7 +23,7 @@ import pytest
 
 from transformer_lab import notebook_setup as ns
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INFO = ns.project(ROOT)
 ALL_NOTEBOOKS = ns.notebooks(ROOT) + sorted(ROOT.glob("exercises/*/*.ipynb"))
 ARTIFACTS = ROOT / "tests" / "artifacts"

@@ -1,7 +1,7 @@
 """Lesson 05 checks: LayerNorm, FeedForward and EncoderBlock.
 
 Correct implementations written the way a student would pass (visible and thorough); wrong ones
-beyond the catalogue (which tests/test_check.py covers) are rejected; forbidden built-ins used
+beyond the catalogue (which tests/checks/test_engine_and_lessons01_02.py covers) are rejected; forbidden built-ins used
 inside the student's code are refused with ImplementThisYourself.
 """
 
@@ -15,13 +15,6 @@ from torch import nn
 import transformer_lab
 from transformer_lab import MultiHeadAttention, check
 from transformer_lab.check import lesson05
-
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations.

@@ -1,10 +1,10 @@
 """Every catalogued mistake of every exercise fails with exactly the message it had.
 
-tests/fixtures/check_messages.json was recorded from the checks before they moved to declared
+tests/checks/fixtures/check_messages.json was recorded from the checks before they moved to declared
 exercises (``Exercise``/``Mistake``/drivers); converting a lesson module must not change a word.
 Keyed by exercise and mistake sentence; each entry holds the visible and the thorough outcome
 (timings normalised). Regenerate only for a deliberate change of wording:
-``.venv/bin/python tests/check_messages.py > tests/fixtures/check_messages.json``.
+``.venv/bin/python tests/checks/check_messages.py > tests/checks/fixtures/check_messages.json``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LECTURES = ROOT / "lectures"
 NOTEBOOKS = sorted(LECTURES.glob("[0-9][0-9]_*.ipynb"))
 START_HERE = LECTURES / "00_start_here.ipynb"

@@ -18,13 +18,6 @@ import transformer_lab
 from transformer_lab import bart, check
 from transformer_lab.check import lesson10
 
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written two ways each.
 
@@ -181,7 +174,7 @@ def test_passing_function_is_saved_into_the_students_package(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# The catalogue: already named by the thorough check (tests/test_check.py); the visible check
+# The catalogue: already named by the thorough check (tests/checks/test_engine_and_lessons01_02.py); the visible check
 # names each one too, so the student sees the sentence before grading.
 
 CATALOGUE = [
@@ -196,7 +189,7 @@ def test_visible_check_names_each_catalogued_mistake(name, key):
     mistake = check.EXERCISES[name].mistake(key)
     # The global-generator mistakes draw from torch's global generator: from about 1 state in 144
     # the two seeded pairs of 12-token rotations coincide by chance, so fix the state (as
-    # tests/check_messages.py does) instead of depending on what earlier tests left there.
+    # tests/checks/check_messages.py does) instead of depending on what earlier tests left there.
     torch.manual_seed(0)
     with pytest.raises(check.CheckFailed) as info:
         getattr(check, name)(mistake.impl)

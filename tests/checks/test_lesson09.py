@@ -4,7 +4,7 @@ Correct implementations written the way students would (other draw orders, other
 pass; mistakes written the way students would make them (not the catalogue's own code, other
 draw orders) fail and are named; the false-failure rate of the statistical check is computed
 from exact binomial tails; the solution notebook skips the real-weights section cleanly when the
-weights package is absent. (Each catalogued mistake is also run by tests/test_check.py.)
+weights package is absent. (Each catalogued mistake is also run by tests/checks/test_engine_and_lessons01_02.py.)
 """
 
 from __future__ import annotations
@@ -21,13 +21,7 @@ from transformer_lab import bert as B
 from transformer_lab import check
 from transformer_lab.check import lesson09 as L
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _sentence(name: str, key: str) -> str:

@@ -17,12 +17,6 @@ from transformer_lab import check, positional
 from transformer_lab.check.engine import CheckFailed, ImplementThisYourself
 
 
-@pytest.fixture(autouse=True)
-def _student_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
-    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
-
-
 def good_pe(n_positions, d_model):
     """Written in float32 with a loop over pairs, as a student might."""
     pe = torch.zeros(n_positions, d_model)

@@ -217,3 +217,22 @@ def test_the_switch_routes_both_parts(monkeypatch):
         assert not torch.allclose(model(idx), fast, atol=1e-3)
         set_explicit(model)  # the written-out paths use neither kernel
         torch.testing.assert_close(model(idx), fast, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("parts, matches", [(Parts(), True), (Parts(norm=WrongNorm), False)])
+def test_hugging_face_parity_holds_for_the_reference_parts_only(parts, matches):
+    """`from_hf(..., parts=)` loads the weights into the parts passed in: the reference parts
+    reproduce GPT-2's logits, a wrong LayerNorm (the mutant) does not."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        vocab_size=40, n_positions=16, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = _randomise(transformers.GPT2LMHeadModel(config))
+    ours = GPT.from_hf(hf, parts=parts)
+    assert type(ours.ln_f) is parts.norm
+    idx = torch.randint(0, 40, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        close = torch.allclose(ours(idx), hf(idx).logits, atol=1e-5, rtol=1e-5)
+    assert close is matches

@@ -147,6 +147,7 @@ VARIES = [
 VARIES_IN_PAGES = [
     (re.compile(r" at 0x[0-9a-f]+"), " at 0x<ADDR>"),
     (re.compile(r"\b\d+\.\d\d\b"), "<N>"),
+    (re.compile(r"speed-up x\d+\.\d\b"), "speed-up x<R>"),
 ]
 
 

@@ -2,7 +2,7 @@
 
 A trial course (lesson 03 only) grades two submissions with real nbgrader: one with a catalogued
 mistake in `split_heads`, one whose `split_heads` crashes. `nbgrader generate_feedback` (through
-`cli.feedback`, with the course's HideHiddenTests filter) must show the named mistake, the case
+`nbgrader_app.generate_feedback`, with the course's HideHiddenTests filter) must show the named mistake, the case
 and the student's own failing line, and no hidden test, engine frame or test-cell source.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab import cli
 from transformer_lab.instructor import feedback as fb
+from transformer_lab.instructor import nbgrader_app as app
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "03_multihead_attention"
@@ -49,14 +49,14 @@ def _submission(course: Path, source: str, folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("feedback_html")
-    course = cli.course_copy(REPO, tmp / "course", [LESSON])
+    course = app.course_copy(REPO, tmp / "course", [LESSON])
     for student, source in (("mistaken", WRONG), ("crashing", CRASHING)):
-        cli.submit(course, LESSON, [_submission(course, source, tmp / student)], student)
-    cli.autograde(course, LESSON)
-    paths = cli.feedback(course, LESSON)  # nbgrader generate_feedback
+        app.submit(course, LESSON, [_submission(course, source, tmp / student)], student)
+    app.autograde(course, LESSON)
+    paths = app.generate_feedback(course, LESSON)
     out = {p.parent.parent.name: p.read_text(encoding="utf-8") for p in paths}
     out["_hidden"] = "\n".join(fb.hidden_test_lines(course, LESSON))
-    out["_scores"] = cli.all_scores(course)
+    out["_scores"] = app.all_scores(course)
     out["_course"] = course
     return out
 

@@ -488,12 +488,25 @@ def test_unknown_lesson_is_a_clear_error(tmp_path):
 
 
 def test_source_flags_are_quiet_on_the_course_solutions():
+    """The course's own code raises no flag: the solutions, and the Colab setup cell (which runs
+    pip in Colab) as long as it is exactly the released one."""
     for folder in sorted((ROOT / "solutions").iterdir()):
         nb = json.loads((folder / f"{folder.name}.ipynb").read_text())
-        cells = [
-            (i, "".join(c["source"])) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
-        ]
+        setup = V.released_setup_source(ROOT, folder.name)
+        assert setup and "subprocess" in setup, folder.name
+        cells = V.student_code_cells(nb, set(), setup)
+        assert len(cells) < sum(c["cell_type"] == "code" for c in nb["cells"]), folder.name
         assert V.source_flags(cells) == [], folder.name
+
+
+def test_an_edited_setup_cell_is_the_students_code():
+    """A student who hides code in the setup cell gets it read like any other cell of theirs."""
+    nb = json.loads((ROOT / "solutions" / L02 / f"{L02}.ipynb").read_text())
+    setup = V.released_setup_source(ROOT, L02)
+    cell = next(c for c in nb["cells"] if c.get("id") == "colab-setup")
+    cell["source"] = setup + "\nsubprocess.run(['true'])\n"
+    flags = V.source_flags(V.student_code_cells(nb, set(), setup))
+    assert any("starts a process (subprocess)" in f for f in flags), flags
 
 
 def test_check_calls_reads_check_calls():

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 
+from ..notebook_setup import SETUP_ID
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
 from .sandbox import GRADING_FLAG
 from .verify_flags import source_flags
@@ -121,13 +122,27 @@ def released_test_cells(course: Path, lesson: str) -> dict[str, str]:
     return {gid: unmarked(src) for gid, src in cells.items()}
 
 
-def student_code_cells(nb: dict, test_ids) -> list[tuple[int, str]]:
-    """(index, source) of the submission's code cells that are not graded test cells."""
+def released_setup_source(course: Path, lesson: str) -> str | None:
+    """The text of the released notebook's Colab setup cell (the course's own code), if any."""
+    folder = lesson_folder(course, lesson)
+    released = _read_json_notebook(Path(course) / "exercises" / folder / f"{folder}.ipynb")
+    for cell in released["cells"]:
+        if cell.get("id") == SETUP_ID and cell.get("cell_type") == "code":
+            return cell_source(cell)
+    return None
+
+
+def student_code_cells(nb: dict, test_ids, course_code: str | None = None) -> list[tuple[int, str]]:
+    """(index, source) of the submission's code cells that are not graded test cells, nor the
+    course's own setup cell left exactly as released (`course_code`); an edited setup cell is the
+    student's code like any other."""
     out = []
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         if nbgrader_meta(cell).get("grade_id") in test_ids or is_test_cell(cell):
+            continue
+        if course_code is not None and cell_source(cell) == course_code:
             continue
         out.append((i, cell_source(cell)))
     return out
@@ -178,7 +193,7 @@ def verify(
     except VerifyError as err:
         cells = {gid: {"passed": False, "message": str(err)} for gid in tests}
         return {"cells": cells, "flags": []}
-    code = student_code_cells(nb, set(tests))
+    code = student_code_cells(nb, set(tests), released_setup_source(course, lesson))
     flags = source_flags(code)
     # Import every check (and what they use) before the child runs a line of student code, so
     # nothing the child writes on disk can change the judge.

@@ -103,11 +103,14 @@ def _tolerance(dtype: torch.dtype, device: torch.device) -> tuple[float, float]:
     return TOLERANCES[dtype]
 
 
+def devices(thorough: bool) -> list[torch.device]:
+    """The devices a check runs on: the CPU, plus every accelerator when thorough."""
+    return available_devices() if thorough else [torch.device("cpu")]
+
+
 def settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
-    """(device, dtype) pairs a check runs under: float64 and float32 on the CPU, plus every
-    accelerator when thorough."""
-    devices = available_devices() if thorough else [torch.device("cpu")]
-    return [(device, dtype) for device in devices for dtype in _dtypes_for(device)]
+    """(device, dtype) pairs a check runs under: float64 and float32 on each of `devices`."""
+    return [(device, dtype) for device in devices(thorough) for dtype in _dtypes_for(device)]
 
 
 def fail(

@@ -9,7 +9,7 @@ import torch
 from .. import encoder_decoder as _ed
 from ..masking import causal_mask
 from .drivers import Finding, ModuleDriver, TrialDriver
-from .engine import Case, Exercise, Mistake, available_devices
+from .engine import Case, Exercise, Mistake, devices
 
 __all__ = ["DecoderBlock", "greedy_decode"]
 
@@ -302,10 +302,6 @@ def _pick_eos(model, src, bos_id: int, max_len: int) -> int:
     return best
 
 
-def _devices(thorough: bool) -> list[torch.device]:
-    return available_devices() if thorough else [torch.device("cpu")]
-
-
 @torch.no_grad()
 def _greedy_trial(impl, spec: dict, device: torch.device, call) -> Finding | None:
     """Decode with `impl` on a random Transformer; a Finding when its tokens are not the
@@ -407,6 +403,6 @@ greedy_decode = Exercise(
             _greedy_pad_not_stop,
         ),
     ],
-    driver=TrialDriver(_greedy_grid, _greedy_trial, matches=_equal, settings=_devices),
+    driver=TrialDriver(_greedy_grid, _greedy_trial, matches=_equal, settings=devices),
     doc="greedy_decode(model, src, bos_id, eos_id, max_len) -> tokens (B, 1 + n)",
 )

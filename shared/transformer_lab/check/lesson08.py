@@ -22,15 +22,11 @@ import torch.nn.functional as F
 
 from .. import gpt as _gpt
 from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
-from .engine import Case, Exercise, Mistake, available_devices
+from .engine import Case, Exercise, Mistake, devices
 
 __all__ = ["lm_loss", "next_token_probs", "shift_targets"]
 
 IGNORE = _gpt.IGNORE_INDEX  # -100
-
-
-def _devices(thorough: bool) -> list[torch.device]:
-    return available_devices() if thorough else [torch.device("cpu")]
 
 
 # ==============================================================================================
@@ -197,7 +193,7 @@ shift_targets = Exercise(
         _shift_trial,
         covered="exact dtype, shape and values",
         matches=exactly_equal,
-        settings=_devices,
+        settings=devices,
     ),
     doc="shift_targets(idx (B, L), pad_id=None) -> targets (B, L): idx[:, t + 1], -100 where "
     "there is no next token or it is padding",

@@ -33,7 +33,7 @@ import torch
 
 from .. import bert as _bert
 from .drivers import Finding, FunctionDriver, TrialDriver
-from .engine import Case, Exercise, Mistake, available_devices, forbid
+from .engine import Case, Exercise, Mistake, devices, forbid
 
 __all__ = ["bert_mask_tokens", "mean_pool", "wordpiece_tokenize"]
 
@@ -388,10 +388,6 @@ def profiles_agree(a: dict, b: dict) -> bool:
     return True
 
 
-def _devices(thorough: bool) -> list[torch.device]:
-    return available_devices() if thorough else [torch.device("cpu")]
-
-
 def _mask_cases(thorough: bool) -> list[tuple[int, dict]]:
     return list(enumerate(mask_specs(thorough)))
 
@@ -408,7 +404,7 @@ def _mask_trial(impl, case: tuple[int, dict], device, call) -> Finding | None:
 
 
 def _mask_covered(thorough: bool) -> str:
-    where = ", ".join(d.type for d in _devices(thorough))
+    where = ", ".join(d.type for d in devices(thorough))
     return f"exact properties and the 15% / 80-10-10 statistics on {where}"
 
 
@@ -489,7 +485,7 @@ bert_mask_tokens = Exercise(
         _mask_trial,
         covered=_mask_covered,
         matches=profiles_agree,
-        settings=_devices,
+        settings=devices,
     ),
     doc="bert_mask_tokens(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None) -> (inputs, labels): exact properties and statistics",
 )

@@ -3,10 +3,13 @@
 A test cell calls ``check.<name>(<name>)``, e.g. ``check.scaled_dot_product_attention(
 scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
 
-- ``engine``: the machinery shared by every lesson: ``Exercise`` and ``Mistake``, the drivers
-  (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``, ``TrialDriver``, ``CustomDriver``), identical inputs and
-  weights, forward and gradient comparison per dtype and device, forbidden built-ins, ``fail`` (the
-  one place that words a failure) and saving a passing implementation into the student's package;
+- ``engine``: ``Exercise`` and ``Mistake``, tolerances, forward and gradient comparison per dtype
+  and device, ``fail`` (the one place that words a failure) and saving a passing implementation
+  into the student's package;
+- ``drivers``: how an exercise is run (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``,
+  ``TrialDriver``, ``CustomDriver``) on identical inputs and weights;
+- ``forbid``: the built-ins and references switched off while the student's code runs;
+- ``feedback``: how a failed check looks in a notebook (a short message, the student's own frames);
 - ``lessonNN``: one module per lesson declaring its exercises (each an ``Exercise``, which is
   its own check), their cases and their catalogued mistakes.
 

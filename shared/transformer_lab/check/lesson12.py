@@ -524,7 +524,7 @@ tiled_attention = Exercise(
         Mistake(
             "nan-rows",
             "a query with every key masked has l = 0 and gets 0/0 = NaN: the contract asks for "
-            "zeros there (divide only where l > 0).",
+            "zeros there; divide by torch.where(l > 0, l, 1) (o is 0 in such a row).",
             _tiled_nan_rows,
         ),
         Mistake(

@@ -27,7 +27,7 @@ from .bert import (
     load_minilm,
     sentence_embedding,
 )
-from .efficient import online_softmax, tiled_attention
+from .efficient import online_softmax, peak_memory, tiled_attention
 from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
 from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
@@ -62,6 +62,7 @@ __all__ = [
     "load_minilm",
     "online_softmax",
     "patchify",
+    "peak_memory",
     "sample_next",
     "sentence_embedding",
     "sentence_permutation",

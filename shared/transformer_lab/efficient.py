@@ -161,3 +161,27 @@ def tiled_attention(
     # a query with every key masked has row_sum = 0 and o = 0: divide by 1 there, giving zeros
     safe_sum = torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum)
     return o / safe_sum[..., None]
+
+
+def peak_memory(fn, *args, **kwargs) -> int:
+    """Bytes allocated at the peak of fn(*args, **kwargs), beyond what was allocated before it.
+
+    Measured, not computed: torch.profiler records every CPU allocation and free
+    (``profile_memory=True``); the running sum of those events, in time order, peaks here.
+    Tensors that fn returns count (they were allocated during the call).
+    """
+    from torch.profiler import ProfilerActivity, profile  # imported on first use: it is slow
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn(*args, **kwargs)
+    events = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+        key=lambda e: e.start_ns(),
+    )
+    current = peak = 0
+    for event in events:
+        if event.device_type() != torch.autograd.DeviceType.CPU:
+            continue  # an accelerator's allocations are not the CPU's memory
+        current += event.nbytes()
+        peak = max(peak, current)
+    return peak

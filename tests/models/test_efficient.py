@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from transformer_lab import attention, efficient
 from transformer_lab.masking import causal_mask
@@ -191,20 +190,14 @@ def test_tiled_attention_rejects_bad_input(kwargs, error, message):
 # Memory, measured: the profiler's allocation events, not theory.
 
 
-def peak_extra_bytes(fn, *args, **kwargs) -> int:
-    """The largest number of bytes allocated at once during fn(*args, **kwargs), beyond what was
-    allocated before it started: the running sum of torch.profiler's memory events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn(*args, **kwargs)
-    events = sorted(
-        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-        key=lambda e: e.start_ns(),
-    )
-    current = peak = 0
-    for e in events:
-        current += e.nbytes()
-        peak = max(peak, current)
-    return peak
+def test_peak_memory_measures_an_allocation():
+    def allocate(n):
+        x = torch.ones(n, n, dtype=torch.float64)  # 8·n² bytes, freed on return
+        return float(x.sum())
+
+    for n in (100, 400):
+        assert 8 * n * n <= efficient.peak_memory(allocate, n) < 8 * n * n * 1.1 + 4096
+    assert efficient.peak_memory(lambda: None) == 0
 
 
 def test_tiled_attention_peak_memory_grows_linearly_exact_quadratically():
@@ -213,8 +206,8 @@ def test_tiled_attention_peak_memory_grows_linearly_exact_quadratically():
     with torch.no_grad():
         for L in lengths:
             q, k, v = _qkv((1,), L, L, 16, 16, dtype=torch.float32)
-            tiled.append(peak_extra_bytes(efficient.tiled_attention, q, k, v, block_size=64))
-            exact.append(peak_extra_bytes(attention.scaled_dot_product_attention, q, k, v))
+            tiled.append(efficient.peak_memory(efficient.tiled_attention, q, k, v, block_size=64))
+            exact.append(efficient.peak_memory(attention.scaled_dot_product_attention, q, k, v))
     for i in range(len(lengths) - 1):
         # doubling L: ×2 for O(L) memory, ×4 for O(L²); generous margins around both
         assert 1.5 < tiled[i + 1] / tiled[i] < 2.8, (lengths, tiled)

@@ -23,7 +23,9 @@ against 0 instead (exp(−inf) = 0), l stays 0, and the output is defined as zer
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 
 import torch
 
@@ -163,6 +165,25 @@ def tiled_attention(
     return o / safe_sum[..., None]
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (the profiler's C++ side logs its start and stop there, which a
+    notebook would show); Python's own sys.stderr is untouched."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 at all
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def peak_memory(fn, *args, **kwargs) -> int:
     """Bytes allocated at the peak of fn(*args, **kwargs), beyond what was allocated before it.
 
@@ -170,10 +191,16 @@ def peak_memory(fn, *args, **kwargs) -> int:
     (``profile_memory=True``); the running sum of those events, in time order, peaks here.
     Tensors that fn returns count (they were allocated during the call).
     """
-    from torch.profiler import ProfilerActivity, profile  # imported on first use: it is slow
+    from torch.profiler import ProfilerActivity, profile  # imported on first use
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.start()
+    try:
         fn(*args, **kwargs)
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     events = sorted(
         (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
         key=lambda e: e.start_ns(),

@@ -8,6 +8,8 @@ peak memory, measured with torch.profiler, grows linearly in L where exact atten
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -198,6 +200,16 @@ def test_peak_memory_measures_an_allocation():
     for n in (100, 400):
         assert 8 * n * n <= efficient.peak_memory(allocate, n) < 8 * n * n * 1.1 + 4096
     assert efficient.peak_memory(lambda: None) == 0
+
+
+def test_peak_memory_passes_errors_on_and_restores_stderr(capfd):
+    def broken():
+        raise ValueError("inside")
+
+    with pytest.raises(ValueError, match="inside"):
+        efficient.peak_memory(broken)
+    os.write(2, b"still here\n")
+    assert "still here" in capfd.readouterr().err
 
 
 def test_tiled_attention_peak_memory_grows_linearly_exact_quadratically():

@@ -1,7 +1,7 @@
 """Transformer Lab: the course's PyTorch package, one module per lesson.
 
 01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
-07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit
+07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit · 12 efficient
 plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
@@ -27,6 +27,7 @@ from .bert import (
     load_minilm,
     sentence_embedding,
 )
+from .efficient import online_softmax, peak_memory, tiled_attention
 from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
 from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
@@ -59,7 +60,9 @@ __all__ = [
     "fused_attention",
     "lm_loss",
     "load_minilm",
+    "online_softmax",
     "patchify",
+    "peak_memory",
     "sample_next",
     "sentence_embedding",
     "sentence_permutation",
@@ -67,6 +70,7 @@ __all__ = [
     "shift_tokens_right",
     "span_corruption",
     "text_infilling",
+    "tiled_attention",
     "token_deletion",
     "token_masking",
     "train",

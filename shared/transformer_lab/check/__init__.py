@@ -35,6 +35,7 @@ from . import (  # noqa: F401
     lesson09,
     lesson10,
     lesson11,
+    lesson12,
 )
 
 # isort: on
@@ -72,6 +73,7 @@ from .lesson08_sampling import sample_next
 from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
 from .lesson10 import document_rotation, sentence_permutation, text_infilling
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify
+from .lesson12 import online_softmax, tiled_attention
 
 __all__ = [
     "EXERCISES",
@@ -134,4 +136,7 @@ __all__ = [
     "ViTEmbedding",
     "cls_attention_map",
     "patchify",
+    # lesson 12
+    "online_softmax",
+    "tiled_attention",
 ]

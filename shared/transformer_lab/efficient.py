@@ -1,0 +1,214 @@
+"""Lesson 12 — attention at scale: the online softmax and tiled (FlashAttention-style) attention.
+
+Exact attention forms the (L_q, L_k) score matrix, so its memory grows as L². FlashAttention
+(Dao et al., 2022) computes the *same* result block by block over the keys, keeping only three
+running quantities per query: the running maximum m, the running sum l (`row_sum`) and the running output o.
+
+The online softmax rests on one identity. For a row x split into blocks, keep
+m = max of the scores seen so far and l = Σ exp(x_j − m) over them. A new block x_B gives
+
+    m' = max(m, max(x_B))
+    l' = l · exp(m − m') + Σ_{j ∈ B} exp(x_j − m')
+
+(the old sum was measured against m; multiplying by exp(m − m') re-measures it against m'). After
+the last block, softmax(x)_j = exp(x_j − m) / l. The same rescaling applies to the running output
+of attention, o = Σ_j exp(s_j − m) v_j:
+
+    o' = o · exp(m − m') + exp(s_B − m') v_B,        output = o / l at the end.
+
+A query whose keys are all masked has m = −inf throughout; every exponential is then computed
+against 0 instead (exp(−inf) = 0), l stays 0, and the output is defined as zeros, as in
+`scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+
+import torch
+
+from ._validate import broadcast_shapes, require_bool_mask, require_min_ndim, require_tensor
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """The same rules as scaled_dot_product_attention's inputs, in the same words."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_min_ndim(name, t, 2, "(..., L, d)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q has d_k={q.shape[-1]} but k has d_k={k.shape[-1]}: queries and keys must have the "
+            f"same last dimension (q {tuple(q.shape)}, k {tuple(k.shape)})"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k has {k.shape[-2]} positions but v has {v.shape[-2]}: every key needs a value "
+            f"(k {tuple(k.shape)}, v {tuple(v.shape)})"
+        )
+    try:
+        broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} "
+            "do not broadcast"
+        ) from None
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def _check_block_size(block_size) -> None:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+
+
+def _finite(m: torch.Tensor) -> torch.Tensor:
+    """The running max with −inf (no key seen yet, or all masked) replaced by 0."""
+    return torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+
+
+def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
+    """softmax over the last axis, computed block by block with a running max m and sum l.
+
+    First pass, over blocks B of `block_size` entries of each row:
+
+        m' = max(m, max_j∈B x_j),   l' = l · exp(m − m') + Σ_j∈B exp(x_j − m')     (m₀ = −inf, l₀ = 0)
+
+    Second pass: softmax(x)_j = exp(x_j − m) / l. Equals ``torch.softmax(scores, -1)``, including
+    entries of −inf (weight 0); a row of −inf only gives NaN, as torch.softmax does.
+
+    Args:
+        scores: (..., L), floating point.
+        block_size: how many entries of a row are read at a time (any int ≥ 1).
+
+    Returns:
+        (..., L), each row summing to 1.
+    """
+    require_tensor("scores", scores)
+    require_min_ndim("scores", scores, 1, "(..., L)")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores must be floating point, got dtype {scores.dtype}")
+    _check_block_size(block_size)
+    L = scores.shape[-1]
+    m = scores.new_full(scores.shape[:-1], float("-inf"))  # running max, (...)
+    row_sum = scores.new_zeros(scores.shape[:-1])  # running sum of exp(x - m), (...)
+    for start in range(0, L, block_size):
+        x = scores[..., start : start + block_size]
+        m_new = torch.maximum(m, x.amax(dim=-1))
+        alpha = torch.exp(_finite(m) - _finite(m_new))  # re-measures the old sum against m'
+        row_sum = row_sum * alpha + torch.exp(x - _finite(m_new)[..., None]).sum(dim=-1)
+        m = m_new
+    return torch.exp(scores - _finite(m)[..., None]) / row_sum[..., None]
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    block_size: int = 64,
+) -> torch.Tensor:
+    """softmax(q kᵀ / √d_k) v over blocks of keys, never forming the (L_q, L_k) matrix.
+
+    For each block B of `block_size` keys (and their values), with s = q k_Bᵀ / √d_k, masked
+    scores set to −inf:
+
+        m' = max(m, rowmax(s))
+        p  = exp(s − m')                                  (L_q, |B|): one block at a time
+        l' = l · exp(m − m') + rowsum(p)
+        o' = o · exp(m − m') + p v_B
+
+    and finally output = o / l (zeros where l = 0: a query with every key masked). Memory beyond
+    the inputs and output is O(L_q · block_size), not O(L_q · L_k).
+
+    Args:
+        q: queries, (..., L_q, d_k)
+        k: keys, (..., L_k, d_k)
+        v: values, (..., L_k, d_v)
+        mask: optional bool tensor broadcastable to (..., L_q, L_k); True means "may attend".
+        block_size: keys per block (any int ≥ 1; L_k need not be a multiple of it).
+
+    Returns:
+        output (..., L_q, d_v), equal to ``scaled_dot_product_attention(q, k, v, mask)[0]``.
+    """
+    _check_qkv(q, k, v)
+    _check_block_size(block_size)
+    L_q, L_k = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        require_bool_mask(mask, (*batch, L_q, L_k), "the scores q @ kᵀ of shape")
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    m = row_sum = o = None
+    for start in range(0, L_k, block_size):
+        k_b = k[..., start : start + block_size, :]
+        v_b = v[..., start : start + block_size, :]
+        s = q @ k_b.transpose(-2, -1) * scale  # (..., L_q, |B|)
+        if mask is not None:
+            # the global key index: columns start .. start + |B| (a key-broadcast mask has 1)
+            mask_b = mask if mask.shape[-1] == 1 else mask[..., start : start + block_size]
+            s = s.masked_fill(~mask_b, float("-inf"))
+        if m is None:  # before the first block: m = −inf, l = 0, o = 0
+            m = s.new_full(s.shape[:-1], float("-inf"))
+            row_sum = s.new_zeros(s.shape[:-1])
+            o = s.new_zeros((*s.shape[:-1], v.shape[-1]))
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        alpha = torch.exp(_finite(m) - _finite(m_new))  # rescales what was summed against m
+        p = torch.exp(s - _finite(m_new)[..., None])
+        row_sum = row_sum * alpha + p.sum(dim=-1)
+        o = o * alpha[..., None] + p @ v_b
+        m = m_new
+    if o is None:  # no keys at all
+        shape = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        return q.new_zeros((*shape, L_q, v.shape[-1]))
+    # a query with every key masked has row_sum = 0 and o = 0: divide by 1 there, giving zeros
+    safe_sum = torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum)
+    return o / safe_sum[..., None]
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (the profiler's C++ side logs its start and stop there, which a
+    notebook would show); Python's own sys.stderr is untouched."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 at all
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def peak_memory(fn, *args, **kwargs) -> int:
+    """Bytes allocated at the peak of fn(*args, **kwargs), beyond what was allocated before it.
+
+    Measured, not computed: torch.profiler records every CPU allocation and free
+    (``profile_memory=True``); the running sum of those events, in time order, peaks here.
+    Tensors that fn returns count (they were allocated during the call).
+    """
+    from torch.profiler import ProfilerActivity, profile  # imported on first use
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.start()
+    try:
+        fn(*args, **kwargs)
+    finally:
+        with _quiet_stderr():
+            prof.stop()
+    events = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+        key=lambda e: e.start_ns(),
+    )
+    current = peak = 0
+    for event in events:
+        if event.device_type() != torch.autograd.DeviceType.CPU:
+            continue  # an accelerator's allocations are not the CPU's memory
+        current += event.nbytes()
+        peak = max(peak, current)
+    return peak

@@ -1,0 +1,229 @@
+"""Lesson 12's reference module: the online softmax and tiled attention.
+
+Both are exact: they equal torch.softmax, the course's scaled_dot_product_attention and PyTorch's
+fused kernel (outputs and gradients) for causal, padding and fully masked rows, odd lengths, block
+sizes from 1 to beyond the length, any batch dims, float32 and float64. And tiled attention's
+peak memory, measured with torch.profiler, grows linearly in L where exact attention's grows as L².
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lab import attention, efficient
+from transformer_lab.masking import causal_mask
+
+TOL = {torch.float64: dict(atol=1e-12, rtol=1e-10), torch.float32: dict(atol=2e-6, rtol=1e-5)}
+
+
+def _qkv(batch, Lq, Lk, d_k, d_v, dtype=torch.float64, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*batch, Lq, d_k, generator=g, dtype=torch.float64) * scale
+    k = torch.randn(*batch, Lk, d_k, generator=g, dtype=torch.float64) * scale
+    v = torch.randn(*batch, Lk, d_v, generator=g, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# online_softmax
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("block_size", [1, 2, 3, 7, 16, 17, 100])
+def test_online_softmax_equals_torch_softmax(block_size, dtype):
+    g = torch.Generator().manual_seed(block_size)
+    scores = (torch.randn(2, 3, 17, generator=g, dtype=torch.float64) * 5).to(dtype)
+    scores[0, 0, :9] = float("-inf")  # whole first blocks masked: the running max stays -inf
+    scores[1, 2, 5] = float("-inf")
+    torch.testing.assert_close(
+        efficient.online_softmax(scores, block_size), torch.softmax(scores, -1), **TOL[dtype]
+    )
+
+
+def test_online_softmax_large_scores_and_gradients():
+    g = torch.Generator().manual_seed(0)
+    scores = (torch.randn(4, 33, generator=g, dtype=torch.float64) * 500).requires_grad_()
+    mine = efficient.online_softmax(scores, 8)
+    assert torch.isfinite(mine).all()  # exp(500) overflows; the running max keeps it finite
+    theirs = torch.softmax(scores, -1)
+    torch.testing.assert_close(mine, theirs, **TOL[torch.float64])
+    cot = torch.randn(mine.shape, generator=g, dtype=torch.float64)
+    (g_mine,) = torch.autograd.grad((mine * cot).sum(), scores)
+    (g_theirs,) = torch.autograd.grad((theirs * cot).sum(), scores)
+    torch.testing.assert_close(g_mine, g_theirs, **TOL[torch.float64])
+
+
+def test_online_softmax_row_of_minus_inf_is_nan_like_torch():
+    scores = torch.tensor([[float("-inf")] * 5, [0.0, 1.0, 2.0, 3.0, 4.0]])
+    mine, theirs = efficient.online_softmax(scores, 2), torch.softmax(scores, -1)
+    assert mine[0].isnan().all() and theirs[0].isnan().all()
+    torch.testing.assert_close(mine[1], theirs[1])
+
+
+@pytest.mark.parametrize(
+    "scores,block_size,error,message",
+    [
+        (torch.randn(3, 4), 0, ValueError, "block_size must be a positive int"),
+        (torch.randn(3, 4), 2.0, ValueError, "block_size must be a positive int"),
+        (torch.arange(4), 2, TypeError, "floating point"),
+        (torch.tensor(1.0), 2, ValueError, r"\(\.\.\., L\)"),
+        ([1.0, 2.0], 2, TypeError, "torch.Tensor"),
+    ],
+)
+def test_online_softmax_rejects_bad_input(scores, block_size, error, message):
+    with pytest.raises(error, match=message):
+        efficient.online_softmax(scores, block_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# tiled_attention against the course's SDPA and PyTorch's fused kernel
+
+
+def _masks(batch, Lq, Lk, g):
+    padding = torch.ones(*batch, 1, Lk, dtype=torch.bool)
+    padding[..., : Lk // 3] = False  # left padding: the first key blocks are all masked
+    fully = torch.rand(*batch, Lq, Lk, generator=g) < 0.6
+    fully[..., 1, :] = False  # one query sees no key at all
+    return {
+        "none": None,
+        "causal": causal_mask(Lq)[:, :Lk] if Lq == Lk else torch.ones(Lq, Lk).tril().bool(),
+        "left padding (..., 1, Lk)": padding,
+        "fully masked row": fully,
+        "key-broadcast (..., Lq, 1)": torch.rand(Lq, 1, generator=g) < 0.7,
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("block_size", [1, 3, 8, 13, 64, 1000])
+@pytest.mark.parametrize(
+    "batch,Lq,Lk",
+    [((), 13, 13), ((2,), 5, 37), ((2, 3), 16, 16), ((1, 2, 2), 9, 4)],
+    ids=["no batch", "Lk odd", "heads", "three batch dims"],
+)
+def test_tiled_attention_equals_sdpa(batch, Lq, Lk, block_size, dtype):
+    g = torch.Generator().manual_seed(Lq * Lk + block_size)
+    q, k, v = _qkv(batch, Lq, Lk, 8, 5, dtype, seed=block_size)
+    for name, mask in _masks(batch, Lq, Lk, g).items():
+        expected, _ = attention.scaled_dot_product_attention(q, k, v, mask)
+        got = efficient.tiled_attention(q, k, v, mask, block_size=block_size)
+        torch.testing.assert_close(got, expected, **TOL[dtype], msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 64])
+def test_tiled_attention_equals_torch_fused_kernel_and_its_gradients(block_size):
+    q, k, v = _qkv((2, 2), 11, 19, 16, 16, seed=3)
+    mask = torch.rand(2, 1, 11, 19, generator=torch.Generator().manual_seed(1)) < 0.7
+    mask[..., 0] = True  # PyTorch's kernel gives NaN on fully masked rows: keep one key
+    for m in (None, mask, torch.ones(11, 19, dtype=torch.bool).tril()):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        fused = F.scaled_dot_product_attention(*leaves, attn_mask=m)
+        cot = torch.randn(fused.shape, generator=torch.Generator().manual_seed(2), dtype=q.dtype)
+        g_fused = torch.autograd.grad((fused * cot).sum(), leaves)
+        mine_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        tiled = efficient.tiled_attention(*mine_leaves, m, block_size=block_size)
+        g_tiled = torch.autograd.grad((tiled * cot).sum(), mine_leaves)
+        torch.testing.assert_close(tiled, fused, **TOL[torch.float64])
+        for a, b in zip(g_tiled, g_fused):
+            torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_fully_masked_rows_give_zeros_and_finite_gradients():
+    q, k, v = _qkv((2,), 4, 10, 8, 3, seed=5)
+    mask = torch.ones(2, 4, 10, dtype=torch.bool)
+    mask[0, 2] = False
+    mask[1, :, :7] = False  # first blocks of every row masked
+    mask[1, 3] = False
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = efficient.tiled_attention(*leaves, mask, block_size=3)
+    assert torch.equal(out[0, 2], torch.zeros(3, dtype=out.dtype))
+    assert torch.equal(out[1, 3], torch.zeros(3, dtype=out.dtype))
+    grads = torch.autograd.grad(out.square().sum(), leaves)
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref, _ = attention.scaled_dot_product_attention(*ref_leaves, mask)
+    ref_grads = torch.autograd.grad(ref.square().sum(), ref_leaves)
+    for a, b in zip(grads, ref_grads):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+
+def test_large_logits_stay_finite():
+    q, k, v = _qkv((2,), 20, 20, 64, 4, scale=12.0)  # scores of order 1000: exp overflows
+    expected, _ = attention.scaled_dot_product_attention(q, k, v)
+    got = efficient.tiled_attention(q, k, v, block_size=6)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, **TOL[torch.float64])
+
+
+def test_no_keys_gives_zeros_of_the_right_shape():
+    q, k, v = _qkv((2,), 3, 0, 4, 5)
+    out = efficient.tiled_attention(q, k, v, block_size=4)
+    assert out.shape == (2, 3, 5) and torch.equal(out, torch.zeros(2, 3, 5, dtype=q.dtype))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tiled_attention_on_cuda():
+    q, k, v = (t.cuda() for t in _qkv((2, 2), 33, 70, 16, 8))
+    mask = causal_mask(70, device="cuda")[:33]
+    expected, _ = attention.scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(efficient.tiled_attention(q, k, v, mask, 16), expected)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,message",
+    [
+        (dict(block_size=0), ValueError, "block_size must be a positive int"),
+        (dict(mask=torch.ones(4, 6)), TypeError, "bool"),
+        (dict(mask=torch.ones(3, 6, dtype=torch.bool)), ValueError, "does not broadcast"),
+        (dict(k=torch.randn(2, 6, 5)), ValueError, "same last dimension"),
+    ],
+)
+def test_tiled_attention_rejects_bad_input(kwargs, error, message):
+    q, k, v = _qkv((2,), 4, 6, 8, 3)
+    args = dict(q=q, k=k, v=v) | kwargs
+    with pytest.raises(error, match=message):
+        efficient.tiled_attention(**args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory, measured: the profiler's allocation events, not theory.
+
+
+def test_peak_memory_measures_an_allocation():
+    def allocate(n):
+        x = torch.ones(n, n, dtype=torch.float64)  # 8·n² bytes, freed on return
+        return float(x.sum())
+
+    for n in (100, 400):
+        assert 8 * n * n <= efficient.peak_memory(allocate, n) < 8 * n * n * 1.1 + 4096
+    assert efficient.peak_memory(lambda: None) == 0
+
+
+def test_peak_memory_passes_errors_on_and_restores_stderr(capfd):
+    def broken():
+        raise ValueError("inside")
+
+    with pytest.raises(ValueError, match="inside"):
+        efficient.peak_memory(broken)
+    os.write(2, b"still here\n")
+    assert "still here" in capfd.readouterr().err
+
+
+def test_tiled_attention_peak_memory_grows_linearly_exact_quadratically():
+    lengths = (512, 1024, 2048)
+    tiled, exact = [], []
+    with torch.no_grad():
+        for L in lengths:
+            q, k, v = _qkv((1,), L, L, 16, 16, dtype=torch.float32)
+            tiled.append(efficient.peak_memory(efficient.tiled_attention, q, k, v, block_size=64))
+            exact.append(efficient.peak_memory(attention.scaled_dot_product_attention, q, k, v))
+    for i in range(len(lengths) - 1):
+        # doubling L: ×2 for O(L) memory, ×4 for O(L²); generous margins around both
+        assert 1.5 < tiled[i + 1] / tiled[i] < 2.8, (lengths, tiled)
+        assert 3.2 < exact[i + 1] / exact[i] < 4.8, (lengths, exact)
+    # at L = 2048 the full score matrix alone is 16 MiB in float32; the tiled pass is far below
+    assert exact[-1] > 2 * 2048 * 2048 * 4 * 0.9
+    assert tiled[-1] < exact[-1] / 10

@@ -9,6 +9,8 @@ so there is no false-failure probability to bound.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -137,7 +139,7 @@ def no_grad_to_scale(image_features, text_features, logit_scale):
     """The temperature as a Python float: no gradient reaches logit_scale."""
     image = F.normalize(image_features, dim=-1)
     text = F.normalize(text_features, dim=-1)
-    logits = float(logit_scale.exp()) * image @ text.T
+    logits = logit_scale.exp().item() * image @ text.T
     labels = torch.arange(len(image))
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
@@ -217,6 +219,33 @@ def test_forbidden_names_are_refused_and_restored(impl, what):
         check.clip_loss(impl)
     image, text = torch.randn(3, 4), torch.randn(3, 4)
     assert clip.clip_loss(image, text, torch.tensor(1.0)).shape == ()  # restored
+
+
+def test_the_check_does_not_import_transformers_itself():
+    """transformers' loss is switched off once transformers is imported (as code that calls it
+    has done); a check of code that never imported it does not pay seconds to import it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import torch, torch.nn.functional as F\n"
+        "from transformer_lab import check\n"
+        "def f(image_features, text_features, logit_scale):\n"
+        "    i = F.normalize(image_features, dim=-1)\n"
+        "    t = F.normalize(text_features, dim=-1)\n"
+        "    logits = logit_scale.exp() * i @ t.T\n"
+        "    labels = torch.arange(len(i))\n"
+        "    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2\n"
+        "check.clip_loss(f)\n"
+        "print('transformers' in sys.modules)\n"
+    )
+    env = {**os.environ, "TRANSFORMER_LAB_GRADING": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert lesson13.clip_loss.forbidden[-1].startswith("transformers.")  # still declared
 
 
 def test_cross_entropy_and_normalize_are_allowed():

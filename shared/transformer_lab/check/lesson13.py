@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -105,6 +106,20 @@ def _sum_over_batch(image_features, text_features, logit_scale):
     return (image_to_text + _cross_entropy(logits.T, labels, "sum")) / 2
 
 
+class _TransformersOnceImported(tuple):
+    """Forbidden names whose `transformers.*` entries count only once transformers is imported.
+
+    Switching a name off means importing its module, and importing transformers costs seconds:
+    every first check would pay it. Code that calls transformers' CLIP loss has imported
+    transformers before the check runs it (an import inside the function itself is the exception).
+    """
+
+    def __iter__(self):
+        loaded = "transformers" in sys.modules
+        names = tuple.__iter__(self)
+        return iter([n for n in names if loaded or not n.startswith("transformers.")])
+
+
 def _clip_loss_cases(thorough: bool) -> list[Case]:
     def case(B, d, t, spread=3.0, label=""):
         def make(g):
@@ -144,13 +159,15 @@ clip_loss = Exercise(
     lesson="13",
     module="clip",
     reference=_clip.clip_loss,
-    forbidden=(
-        "transformer_lab.clip.clip_loss",
-        "transformer_lab.clip.clip_logits",
-        "transformer_lab.clip_loss",
-        "transformers.models.clip.modeling_clip.clip_loss",  # transformers < 5
-        "transformers.models.clip.modeling_clip.image_text_contrastive_loss",
-        "transformers.models.clip.modeling_clip.contrastive_loss",
+    forbidden=_TransformersOnceImported(
+        (
+            "transformer_lab.clip.clip_loss",
+            "transformer_lab.clip.clip_logits",
+            "transformer_lab.clip_loss",
+            "transformers.models.clip.modeling_clip.clip_loss",  # transformers < 5
+            "transformers.models.clip.modeling_clip.image_text_contrastive_loss",
+            "transformers.models.clip.modeling_clip.contrastive_loss",
+        )
     ),
     mistakes=[
         Mistake(

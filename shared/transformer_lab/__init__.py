@@ -1,7 +1,7 @@
 """Transformer Lab: the course's PyTorch package, one module per lesson.
 
 01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
-07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit · 12 efficient
+07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit · 12 efficient · 13 clip
 plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
@@ -28,6 +28,7 @@ from .bert import (
     sentence_embedding,
 )
 from .efficient import online_softmax, peak_memory, tiled_attention
+from .clip import CLIP, CLIPConfig, clip_loss, zero_shot_classify
 from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
 from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
@@ -48,12 +49,15 @@ __all__ = [
     "BERT",
     "BertClassifier",
     "BertForPreTraining",
+    "CLIP",
+    "CLIPConfig",
     "GPT",
     "GPTBlock",
     "GPTClassifier",
     "ViT",
     "WordPieceTokenizer",
     "bert_mask_tokens",
+    "clip_loss",
     "data",
     "document_rotation",
     "finetune_loss",
@@ -76,6 +80,7 @@ __all__ = [
     "train",
     "unpatchify",
     "viz",
+    "zero_shot_classify",
     "RNN",
     "DecoderBlock",
     "EncoderBlock",

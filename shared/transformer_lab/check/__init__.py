@@ -36,6 +36,7 @@ from . import (  # noqa: F401
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
 )
 
 # isort: on
@@ -74,6 +75,7 @@ from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
 from .lesson10 import document_rotation, sentence_permutation, text_infilling
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify
 from .lesson12 import online_softmax, tiled_attention
+from .lesson13 import clip_loss, zero_shot_classify
 
 __all__ = [
     "EXERCISES",
@@ -139,4 +141,7 @@ __all__ = [
     # lesson 12
     "online_softmax",
     "tiled_attention",
+    # lesson 13
+    "clip_loss",
+    "zero_shot_classify",
 ]

@@ -312,6 +312,13 @@ class LearnedDetached(GoodLearned):
         return GoodLearned.forward(self, x.detach(), offset)
 
 
+class LearnedFloat64(GoodLearned):
+    """Breaks only "the same dtype as x"."""
+
+    def forward(self, x, offset=0):
+        return GoodLearned.forward(self, x, offset).double()
+
+
 def test_learned_wrong_variants_fail():
     with pytest.raises(CheckFailed, match="instead of raising ValueError") as info:
         check.LearnedPositionalEmbedding(LearnedWrapsAround)
@@ -324,6 +331,10 @@ def test_learned_wrong_variants_fail():
         check.LearnedPositionalEmbedding(LearnedAssertion)
     with pytest.raises(CheckFailed, match="gradient"):
         check.LearnedPositionalEmbedding(LearnedDetached)
+    with pytest.raises(
+        CheckFailed, match="dtype torch.float64 but should have dtype torch.float32"
+    ):
+        check.LearnedPositionalEmbedding(LearnedFloat64)
 
 
 def test_learned_reference_is_refused():

@@ -62,7 +62,9 @@ def good_steps(kind, n, kernel_size=3):
         return n
     if kind == "attention":
         return 1
-    return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+    if kind == "conv":
+        return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+    raise ValueError(f"unknown kind {kind!r}")
 
 
 GOOD = {
@@ -190,11 +192,51 @@ def test_module_with_wrong_parameter_names_is_told_the_expected_names():
         check.SelfAttention(Renamed)
 
 
-def test_stale_large_logits_only_fail_thorough():
+def test_large_logits_fail_the_visible_check_too():
     naive = check.EXERCISES["scaled_dot_product_attention"].mistake("naive-exp")
-    assert check.scaled_dot_product_attention(naive.impl) is None  # the visible cases are tame
+    with pytest.raises(check.CheckFailed, match="overflows") as info:
+        check.scaled_dot_product_attention(naive.impl)
+    assert "large logits" in info.value.case
     with pytest.raises(check.CheckFailed, match="overflows"):
         check.scaled_dot_product_attention(naive.impl, thorough=True)
+
+
+# Every rule an exercise's text states has a visible case: a mutant that breaks only that rule
+# fails the visible check, so no hidden point is lost on a rule the visible check skipped.
+
+
+def test_visible_sdpa_gives_a_fully_masked_row_zero_weights():
+    nan_rows = check.EXERCISES["scaled_dot_product_attention"].mistake("nan-rows")
+    with pytest.raises(check.CheckFailed) as info:
+        check.scaled_dot_product_attention(nan_rows.impl)
+    assert info.value.mistake == nan_rows.sentence
+    assert "every key masked" in info.value.case
+
+
+def test_visible_steps_single_token_and_unknown_kind():
+    ex = check.EXERCISES["sequential_steps"]
+    with pytest.raises(check.CheckFailed) as info:
+        check.sequential_steps(ex.mistake("conv-zero").impl)
+    assert info.value.mistake == ex.mistake("conv-zero").sentence
+
+    def no_raise(kind, n, kernel_size=3):  # right for the three kinds, None for any other
+        if kind in ("rnn", "attention", "conv"):
+            return good_steps(kind, n, kernel_size)
+        return None
+
+    for wrong in (no_raise, ex.mistake("unknown-kind").impl):
+        with pytest.raises(check.CheckFailed, match="instead of raising ValueError") as info:
+            check.sequential_steps(wrong)
+        assert info.value.mistake == ex.mistake("unknown-kind").sentence
+        assert "'transformer'" in info.value.case
+
+    def type_error(kind, n, kernel_size=3):
+        if kind in ("rnn", "attention", "conv"):
+            return good_steps(kind, n, kernel_size)
+        raise TypeError("bad kind")
+
+    with pytest.raises(check.CheckFailed, match="raised TypeError: bad kind"):
+        check.sequential_steps(type_error)
 
 
 def test_check_does_not_depend_on_or_change_the_global_seed():

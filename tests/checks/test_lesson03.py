@@ -248,3 +248,12 @@ def test_reference_attention_function_is_allowed():
 
     assert check.MultiHeadAttention(OnReference, thorough=True) is None
     assert torch.nn.functional.scaled_dot_product_attention is F.scaled_dot_product_attention
+
+
+def test_visible_check_applies_a_mask():
+    """The task states that a causal or padding mask applies to every head: visible too."""
+    ignored = check.EXERCISES["MultiHeadAttention"].mistake("mask-ignored")
+    with pytest.raises(check.CheckFailed) as info:
+        check.MultiHeadAttention(ignored.impl)
+    assert info.value.mistake == ignored.sentence
+    assert "causal mask" in info.value.case

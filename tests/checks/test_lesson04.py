@@ -1,4 +1,4 @@
-"""Lesson 04 checks: sinusoidal_positional_encoding and rotary_embedding.
+"""Lesson 04 checks: sinusoidal_positional_encoding, LearnedPositionalEmbedding and rotary_embedding.
 
 Correct implementations written the way a student would pass; wrong ones beyond the catalogue
 fail; the references are refused. Also the property the lesson demonstrates: self-attention
@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 import transformer_lab
 from transformer_lab import check, positional
@@ -107,9 +108,10 @@ def rope_positions_from_one(x, positions=None):
 def test_pe_wrong_variants_fail():
     with pytest.raises(CheckFailed, match="raised RuntimeError"):
         check.sinusoidal_positional_encoding(pe_odd_crashes, thorough=True)
-    assert (
-        check.sinusoidal_positional_encoding(pe_odd_crashes) is None
-    )  # the visible cases are even
+    # "an odd d_model works too" is a stated rule, so a visible case has an odd d_model
+    with pytest.raises(CheckFailed, match="raised RuntimeError") as info:
+        check.sinusoidal_positional_encoding(pe_odd_crashes)
+    assert "d_model=7" in info.value.case
     with pytest.raises(CheckFailed, match="differs"):
         check.sinusoidal_positional_encoding(pe_starts_at_one)
     with pytest.raises(CheckFailed, match="floating point"):
@@ -209,3 +211,146 @@ def test_rope_scores_depend_on_offset_only():
         return per_feature.impl(x, positions)
 
     assert abs(score(5, 2, broken) - score(13, 10, broken)) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------
+# Every rule the exercise text states has a visible case: a mutant that breaks only that rule
+# fails the visible check (not just the hidden one).
+
+
+def test_visible_cases_cover_the_stated_rules():
+    odd = check.EXERCISES["sinusoidal_positional_encoding"].mistake("odd-d_model-rounded-up")
+    with pytest.raises(CheckFailed) as info:
+        check.sinusoidal_positional_encoding(lambda n, d: odd.impl(n, d))
+    assert info.value.mistake == odd.sentence
+
+    def rope_third_axis(x, positions=None):  # reads L from axis 1: right for (B, L, d) only
+        L = x.shape[1]
+        return good_rope(x, torch.arange(L) if positions is None else positions)
+
+    with pytest.raises(CheckFailed) as info:  # x is (..., L, d): the 4-D case is visible
+        check.rotary_embedding(rope_third_axis)
+    assert "(2, 3, 6, 8)" in info.value.case
+
+
+# ---------------------------------------------------------------------------------------------
+# LearnedPositionalEmbedding
+
+
+class GoodLearned(nn.Module):
+    def __init__(self, n_positions, d_model):
+        super().__init__()
+        self.n_positions = n_positions
+        self.embedding = nn.Embedding(n_positions, d_model)
+
+    def forward(self, x, offset=0):
+        L = x.shape[-2]
+        if offset + L > self.n_positions:
+            raise ValueError(f"position {offset + L - 1} is beyond the table")
+        return x + self.embedding(torch.arange(offset, offset + L, device=x.device))
+
+
+class GoodLearnedWeightIndexing(nn.Module):
+    """Indexes the weight directly and checks the range with an explicit comparison."""
+
+    def __init__(self, n_positions, d_model):
+        super().__init__()
+        self.n_positions = n_positions
+        self.embedding = nn.Embedding(n_positions, d_model)
+
+    def forward(self, x, offset=0):
+        end = offset + x.shape[1]
+        if not end <= self.n_positions:
+            raise ValueError("too long for the learned table")
+        return x + self.embedding.weight[offset:end].unsqueeze(0)
+
+
+@pytest.mark.parametrize("thorough", [False, True])
+def test_learned_correct_implementations_pass(thorough):
+    assert check.LearnedPositionalEmbedding(GoodLearned, thorough=thorough) is None
+    assert check.LearnedPositionalEmbedding(GoodLearnedWeightIndexing, thorough=thorough) is None
+
+
+@pytest.mark.parametrize(
+    "key", ["no-range-check", "clamped", "offset-ignored", "positions-from-one", "replaces-x"]
+)
+def test_learned_mistakes_fail_visibly_and_are_named(key):
+    mistake = check.EXERCISES["LearnedPositionalEmbedding"].mistake(key)
+    with pytest.raises(CheckFailed) as info:
+        check.LearnedPositionalEmbedding(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
+class LearnedWrapsAround(GoodLearned):
+    """Beyond the catalogue: positions past the table wrap round to its first rows."""
+
+    def forward(self, x, offset=0):
+        t = torch.arange(offset, offset + x.shape[-2], device=x.device) % self.n_positions
+        return x + self.embedding(t)
+
+
+class LearnedWrongName(nn.Module):
+    def __init__(self, n_positions, d_model):
+        super().__init__()
+        self.n_positions = n_positions
+        self.table = nn.Parameter(torch.randn(n_positions, d_model))
+
+    def forward(self, x, offset=0):
+        return x + self.table[offset : offset + x.shape[-2]]
+
+
+class LearnedAssertion(GoodLearned):
+    """Checks the range with assert: an AssertionError is not the ValueError asked for."""
+
+    def forward(self, x, offset=0):
+        assert offset + x.shape[-2] <= self.n_positions, "too long"
+        return x + self.embedding(torch.arange(offset, offset + x.shape[-2], device=x.device))
+
+
+class LearnedDetached(GoodLearned):
+    def forward(self, x, offset=0):
+        return GoodLearned.forward(self, x.detach(), offset)
+
+
+class LearnedFloat64(GoodLearned):
+    """Breaks only "the same dtype as x"."""
+
+    def forward(self, x, offset=0):
+        return GoodLearned.forward(self, x, offset).double()
+
+
+def test_learned_wrong_variants_fail():
+    with pytest.raises(CheckFailed, match="instead of raising ValueError") as info:
+        check.LearnedPositionalEmbedding(LearnedWrapsAround)
+    assert info.value.mistake == (
+        check.EXERCISES["LearnedPositionalEmbedding"].mistake("clamped").sentence
+    )
+    with pytest.raises(CheckFailed, match="expected parameter names"):
+        check.LearnedPositionalEmbedding(LearnedWrongName)
+    with pytest.raises(CheckFailed, match="raised AssertionError"):
+        check.LearnedPositionalEmbedding(LearnedAssertion)
+    with pytest.raises(CheckFailed, match="gradient"):
+        check.LearnedPositionalEmbedding(LearnedDetached)
+    with pytest.raises(
+        CheckFailed, match="dtype torch.float64 but should have dtype torch.float32"
+    ):
+        check.LearnedPositionalEmbedding(LearnedFloat64)
+
+
+def test_learned_reference_is_refused():
+    with pytest.raises(ImplementThisYourself):
+        check.LearnedPositionalEmbedding(positional.LearnedPositionalEmbedding)
+
+    class Wrapper(nn.Module):  # builds and calls the course's module inside its own
+        def __init__(self, n_positions, d_model):
+            super().__init__()
+            self.n_positions = n_positions
+            self.embedding = nn.Embedding(n_positions, d_model)
+
+        def forward(self, x, offset=0):
+            inner = positional.LearnedPositionalEmbedding(self.n_positions, x.shape[-1])
+            inner.embedding = self.embedding
+            return inner(x, offset)
+
+    with pytest.raises(ImplementThisYourself):
+        check.LearnedPositionalEmbedding(Wrapper)

@@ -64,7 +64,7 @@ from .engine import (
 from .lesson01 import RNN, sequential_steps
 from .lesson02 import SelfAttention, scaled_dot_product_attention
 from .lesson03 import MultiHeadAttention, merge_heads, split_heads
-from .lesson04 import rotary_embedding, sinusoidal_positional_encoding
+from .lesson04 import LearnedPositionalEmbedding, rotary_embedding, sinusoidal_positional_encoding
 from .lesson05 import EncoderBlock, FeedForward, LayerNorm
 from .lesson06 import alpha_22, causal_mask, padding_mask
 from .lesson07 import DecoderBlock, greedy_decode
@@ -107,6 +107,7 @@ __all__ = [
     "merge_heads",
     "split_heads",
     # lesson 04
+    "LearnedPositionalEmbedding",
     "rotary_embedding",
     "sinusoidal_positional_encoding",
     # lesson 05

@@ -7,8 +7,8 @@ import math
 import torch
 
 from .. import rnn as _rnn
-from .drivers import Call, ExactDriver, ModuleDriver
-from .engine import Case, Exercise, Mistake
+from .drivers import Call, CustomDriver, ExactDriver, ModuleDriver
+from .engine import Case, Exercise, ImplementThisYourself, Mistake, fail
 
 __all__ = ["RNN", "sequential_steps"]
 
@@ -124,7 +124,9 @@ def _steps_plain(kind, n, kernel_size=3):
         return n
     if kind == "attention":
         return 1
-    return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+    if kind == "conv":
+        return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+    raise ValueError(f"kind must be 'rnn', 'conv' or 'attention', got {kind!r}")
 
 
 def _steps_conv_ceil_n_over_k(kind, n, kernel_size=3):
@@ -153,8 +155,16 @@ def _steps_conv_zero(kind, n, kernel_size=3):
     return _steps_plain(kind, n, kernel_size)
 
 
+def _steps_unknown_kind(kind, n, kernel_size=3):
+    """Answers an unknown kind as if it were a convolution instead of raising."""
+    if kind in ("rnn", "attention"):
+        return _steps_plain(kind, n, kernel_size)
+    return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+
+
 def _steps_cases(thorough: bool) -> list[Call]:
     grid = [("rnn", 1, 3), ("rnn", 10, 3), ("attention", 10, 3), ("conv", 9, 3), ("conv", 10, 5)]
+    grid += [("conv", 1, 3)]  # a single token still needs one step (a stated rule: visible)
     if thorough:
         grid += [
             (kind, n, k)
@@ -163,6 +173,51 @@ def _steps_cases(thorough: bool) -> list[Call]:
             for k in (2, 3, 4, 7)
         ]
     return [Call((kind, n), {"kernel_size": k}) for kind, n, k in grid]
+
+
+def _unknown_kinds(thorough: bool) -> list[tuple[str, int]]:
+    kinds = [("transformer", 8)]  # the stated ValueError, visible
+    if thorough:
+        kinds += [("RNN", 4), ("cnn", 10), ("", 1)]
+    return kinds
+
+
+def _rejects(impl, kind, n) -> tuple[str, object]:
+    """What impl(kind, n) does with an unknown kind: ("ValueError", None), ("raised", the
+    exception) or ("returned", the result)."""
+    try:
+        out = impl(kind, n)
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except ValueError:
+        return "ValueError", None
+    except Exception as err:
+        return "raised", err
+    return "returned", out
+
+
+def _check_steps(ex: Exercise, student_fn, thorough: bool):
+    """Every (kind, n, kernel_size) exactly, then a ValueError for an unknown kind."""
+    driver = ExactDriver(_steps_cases)
+    n = driver.run(ex, student_fn, thorough)
+    for kind, length in _unknown_kinds(thorough):
+        label = f"sequential_steps({kind!r}, {length}) (an unknown kind)"
+        outcome, what = ex.run_student(
+            student_fn, lambda kind=kind, length=length: _rejects(student_fn, kind, length)
+        )
+        n += 1
+        if outcome == "ValueError":
+            continue
+        mistake = ex.diagnose(
+            lambda impl, kind=kind, length=length: _rejects(impl, kind, length)[0],
+            outcome,
+            "ValueError",
+            str.__eq__,
+        )
+        if outcome == "raised":
+            fail(ex, f"your function raised {type(what).__name__}: {what}", label, mistake, what)
+        fail(ex, f"your function returned {what!r} instead of raising ValueError", label, mistake)
+    return n, "every kind, length and kernel size; ValueError for an unknown kind"
 
 
 sequential_steps = Exercise(
@@ -203,7 +258,13 @@ sequential_steps = Exercise(
             "a single token still needs one layer: the answer is at least 1.",
             _steps_conv_zero,
         ),
+        Mistake(
+            "unknown-kind",
+            "an unknown kind (anything but 'rnn', 'conv' and 'attention') must raise a "
+            "ValueError that names it, not be answered like one of the three.",
+            _steps_unknown_kind,
+        ),
     ],
-    driver=ExactDriver(_steps_cases, covered="every kind, length and kernel size"),
+    driver=CustomDriver(_check_steps),
     doc="sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'",
 )

@@ -290,10 +290,10 @@ def _mha_cases(thorough: bool) -> list[Case]:
     cases = [
         case(2, 4, 8, 2),
         case(2, 3, 8, 2, L_k=5, label="cross-attention"),
+        case(2, 5, 8, 2, mask=causal(5), label="causal mask (5, 5)"),  # the mask rule, visible
     ]
     if thorough:
         cases += [
-            case(2, 5, 8, 2, mask=causal(5), label="causal mask (5, 5)"),
             case(2, 3, 12, 3, L_k=6, mask=padding(2, 6), label="padding mask (2, 1, 1, 6)"),
             case(1, 1, 4, 1, label="one head, length 1"),
             case(3, 5, 12, 4, bias=False),

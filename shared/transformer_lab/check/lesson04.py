@@ -1,11 +1,12 @@
-"""Checks for lesson 04 — positional encoding: `sinusoidal_positional_encoding`, `rotary_embedding`."""
+"""Checks for lesson 04 — positional encoding: `sinusoidal_positional_encoding`,
+`LearnedPositionalEmbedding`, `rotary_embedding`."""
 
 from __future__ import annotations
 
 import torch
 
 from .. import positional as _positional
-from .drivers import CustomDriver, FunctionDriver
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver
 from .engine import (
     TOLERANCES,
     Case,
@@ -16,7 +17,7 @@ from .engine import (
     fail,
 )
 
-__all__ = ["rotary_embedding", "sinusoidal_positional_encoding"]
+__all__ = ["LearnedPositionalEmbedding", "rotary_embedding", "sinusoidal_positional_encoding"]
 
 # ==============================================================================================
 # sinusoidal_positional_encoding(n_positions, d_model)
@@ -70,7 +71,7 @@ def _sinusoidal_cases(thorough: bool) -> list[Case]:
     def case(n, d):
         return Case(f"n_positions={n}, d_model={d}", lambda g: (n, d))
 
-    cases = [case(8, 6), case(5, 4)]
+    cases = [case(8, 6), case(5, 4), case(6, 7)]  # odd d_model is a stated rule: visible too
     if thorough:
         cases += [case(1, 2), case(64, 32), case(10, 7), case(3, 1), case(50, 128), case(33, 10)]
     return cases
@@ -162,6 +163,183 @@ sinusoidal_positional_encoding = Exercise(
 
 
 # ==============================================================================================
+# LearnedPositionalEmbedding(n_positions, d_model): forward(x, offset=0) adds rows
+# offset .. offset+L-1 of its table `embedding` to x (B, L, d_model), and raises a ValueError
+# for a position beyond the table (a learned table cannot extrapolate). The two range mistakes come
+# first in the catalogue: they are right on every in-range case, so they are never named for a
+# wrong output, while an earlier offset mistake would also "miss" the ValueError.
+
+
+class _LearnedOffsetIgnored(_positional.LearnedPositionalEmbedding):
+    def forward(self, x, offset=0):
+        return x + self.embedding(torch.arange(x.shape[-2], device=x.device))
+
+
+class _LearnedFromOne(_positional.LearnedPositionalEmbedding):
+    def forward(self, x, offset=0):
+        L = x.shape[-2]
+        if offset + L + 1 > self.n_positions:
+            raise ValueError(f"position {offset + L} is beyond the table")
+        return x + self.embedding(torch.arange(offset + 1, offset + L + 1, device=x.device))
+
+
+class _LearnedReplaces(_positional.LearnedPositionalEmbedding):
+    def forward(self, x, offset=0):
+        L = x.shape[-2]
+        if offset + L > self.n_positions:
+            raise ValueError(f"position {offset + L - 1} is beyond the table")
+        return self.embedding(torch.arange(offset, offset + L, device=x.device)).expand_as(x)
+
+
+class _LearnedNoRangeCheck(_positional.LearnedPositionalEmbedding):
+    def forward(self, x, offset=0):
+        return x + self.embedding(torch.arange(offset, offset + x.shape[-2], device=x.device))
+
+
+class _LearnedClamped(_positional.LearnedPositionalEmbedding):
+    def forward(self, x, offset=0):
+        t = torch.arange(offset, offset + x.shape[-2], device=x.device)
+        return x + self.embedding(t.clamp(max=self.n_positions - 1))
+
+
+def _learned_cases(thorough: bool) -> list[Case]:
+    def case(shape, n_positions, offset=None):
+        def make(g):
+            inputs = {"x": torch.randn(*shape, generator=g, dtype=torch.float64)}
+            if offset is not None:
+                inputs["offset"] = offset
+            return inputs
+
+        label = f"x {shape}, n_positions={n_positions}" + (
+            f", offset={offset}" if offset is not None else ""
+        )
+        return Case(label, make, init={"n_positions": n_positions, "d_model": shape[-1]})
+
+    cases = [case((2, 5, 8), 6), case((1, 3, 4), 7, offset=4)]
+    if thorough:
+        cases += [
+            case((3, 1, 6), 1),
+            case((2, 16, 32), 16),
+            case((1, 4, 5), 20, offset=0),
+            case((4, 2, 8), 64, offset=61),
+        ]
+    return cases
+
+
+def _learned_out_of_range_cases(thorough: bool) -> list[tuple[int, tuple[int, ...], int]]:
+    """(n_positions, x shape, offset) whose last position lies beyond the table."""
+    cases = [(4, (1, 5, 8), 0), (6, (2, 3, 8), 4)]  # too long; long enough, but shifted out
+    if thorough:
+        cases += [(1, (1, 2, 4), 0), (16, (1, 1, 4), 16), (10, (3, 10, 6), 1)]
+    return cases
+
+
+def _out_of_range(cls, n_positions, x, offset) -> tuple[str, object]:
+    """What cls(n_positions, d).forward does past its table: ("ValueError", None), ("raised",
+    the exception) or ("returned", the result)."""
+    try:
+        out = cls(n_positions, x.shape[-1])(x, offset)
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except ValueError:
+        return "ValueError", None
+    except Exception as err:
+        return "raised", err
+    return "returned", out
+
+
+def _check_learned_rejects(ex: Exercise, student_cls, thorough: bool) -> int:
+    cases = _learned_out_of_range_cases(thorough)
+    for n, (n_positions, shape, offset) in enumerate(cases):
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(7000 + n))
+        last = offset + shape[-2] - 1
+        label = (
+            f"x {shape}, offset={offset}, n_positions={n_positions} (position {last} has no row: "
+            f"the rows are 0 .. {n_positions - 1})"
+        )
+        kind, what = ex.run_student(
+            student_cls,
+            lambda x=x, n_positions=n_positions, offset=offset: _out_of_range(
+                student_cls, n_positions, x, offset
+            ),
+        )
+        if kind == "ValueError":
+            continue
+        mistake = ex.diagnose(
+            lambda impl, x=x, n_positions=n_positions, offset=offset: _out_of_range(
+                impl, n_positions, x, offset
+            )[0],
+            kind,
+            "ValueError",
+            str.__eq__,
+        )
+        if kind == "raised":
+            fail(ex, f"your module raised {type(what).__name__}: {what}", label, mistake, what)
+        got = tuple(what.shape) if isinstance(what, torch.Tensor) else type(what).__name__
+        fail(ex, f"your module returned {got} instead of raising ValueError", label, mistake)
+    return len(cases)
+
+
+def _check_learned(ex: Exercise, student_cls, thorough: bool):
+    """The reference comparison (weights copied in), then the ValueError past the table."""
+    n = ModuleDriver(_learned_cases, outputs=("output",)).run(ex, student_cls, thorough)
+    n += _check_learned_rejects(ex, student_cls, thorough)
+    where = "every device" if thorough else "cpu"
+    what = (
+        f"forward and gradients in float64 and float32 on {where}, offsets, ValueError past "
+        "the last row"
+    )
+    return n, what
+
+
+LearnedPositionalEmbedding = Exercise(
+    name="LearnedPositionalEmbedding",
+    lesson="04",
+    module="positional",
+    reference=_positional.LearnedPositionalEmbedding,
+    forbidden=(
+        "transformer_lab.positional.LearnedPositionalEmbedding",
+        "transformer_lab.LearnedPositionalEmbedding",
+    ),
+    mistakes=[
+        Mistake(
+            "no-range-check",
+            "a position beyond the table must raise a ValueError that says so (if offset + L > "
+            "n_positions: raise ValueError(...)); nn.Embedding's own IndexError does not say "
+            "what is wrong.",
+            _LearnedNoRangeCheck,
+        ),
+        Mistake(
+            "clamped",
+            "positions beyond the table silently reuse rows of it (clamped to the last row, or "
+            "wrapped round): raise a ValueError instead, a learned table has no row for a "
+            "position it never saw.",
+            _LearnedClamped,
+        ),
+        Mistake(
+            "offset-ignored",
+            "the `offset` argument is ignored: the tokens sit at positions offset .. offset+L−1, "
+            "so add rows offset .. offset+L−1 of the table (rows 0 .. L−1 only when offset = 0).",
+            _LearnedOffsetIgnored,
+        ),
+        Mistake(
+            "positions-from-one",
+            "your positions start at 1: the first token (with offset 0) gets row 0 of the table.",
+            _LearnedFromOne,
+        ),
+        Mistake(
+            "replaces-x",
+            "you return the position vectors alone: add them to x (x + p_t), the token "
+            "embeddings must stay in the sum.",
+            _LearnedReplaces,
+        ),
+    ],
+    driver=CustomDriver(_check_learned),
+    doc="LearnedPositionalEmbedding(n_positions, d_model)(x, offset=0) -> x + rows offset .. offset+L-1",
+)
+
+
+# ==============================================================================================
 # rotary_embedding(x, positions=None)
 
 
@@ -221,10 +399,10 @@ def _rotary_cases(thorough: bool) -> list[Case]:
         label = f"x {shape}" + (f", positions {positions}" if positions is not None else "")
         return Case(label, make)
 
-    cases = [case((1, 4, 8)), case((2, 5, 6), positions=[3, 0, 7, 1, 2])]
+    # x is (..., L, d): a 4-D case (heads) is visible as well
+    cases = [case((1, 4, 8)), case((2, 5, 6), positions=[3, 0, 7, 1, 2]), case((2, 3, 6, 8))]
     if thorough:
         cases += [
-            case((2, 3, 6, 8)),
             case((1, 1, 2)),
             case((5, 4)),
             case((2, 16, 64)),

@@ -27,8 +27,8 @@ from .bert import (
     load_minilm,
     sentence_embedding,
 )
-from .efficient import online_softmax, peak_memory, tiled_attention
 from .clip import CLIP, CLIPConfig, clip_loss, zero_shot_classify
+from .efficient import online_softmax, peak_memory, tiled_attention
 from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
 from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask

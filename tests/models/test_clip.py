@@ -432,3 +432,42 @@ def test_hf_parity_catches_a_wrong_pooling_and_missing_pre_norm():
 def test_from_hf_rejects_an_unsupported_activation():
     with pytest.raises(ValueError, match="hidden_act"):
         CLIP.from_hf(transformers.CLIPModel(hf_config(act="relu")))
+
+
+# ----------------------------------------------------------------------------- the student's parts
+
+
+class MyLayerNorm(torch.nn.Module):
+    """A LayerNorm as a student writes it (lesson 05's contract)."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(d_model))
+        self.bias = torch.nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+def test_clip_on_the_students_parts_reproduces_transformers(student_dir, capsys):
+    """student.use("CLIP").from_hf builds both encoders from the student's passing LayerNorm
+    (ln_pre, the blocks' norms, ln_f of both towers) and still gives transformers' logits."""
+    from transformer_lab import check, student
+
+    student._TOLD.clear()
+    check.LayerNorm(MyLayerNorm)
+    hf = randomise(transformers.CLIPModel(hf_config()), seed=7)
+    mine = student.use("CLIP").from_hf(hf).eval()
+    out = capsys.readouterr().out
+    assert "CLIP: built from YOUR LayerNorm" in out, out
+    norms = [mine.vision.ln_pre, mine.vision.ln_f, mine.text.ln_f, mine.text.blocks[0].norm1]
+    assert all(type(n).__module__ == "transformer_lab_student.add_norm" for n in norms)
+    images, tokens = pairs(B=3, L=7, seed=8)
+    expected = hf_outputs(hf, images, tokens)
+    with torch.no_grad():
+        got = (*mine(images, tokens), mine.loss(images, tokens))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, atol=2e-5, rtol=2e-5)

@@ -1,7 +1,7 @@
 """Transformer Lab: the course's PyTorch package, one module per lesson.
 
 01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
-07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit
+07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit · 13 clip
 plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
@@ -27,6 +27,7 @@ from .bert import (
     load_minilm,
     sentence_embedding,
 )
+from .clip import CLIP, CLIPConfig, clip_loss
 from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
 from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
@@ -47,12 +48,15 @@ __all__ = [
     "BERT",
     "BertClassifier",
     "BertForPreTraining",
+    "CLIP",
+    "CLIPConfig",
     "GPT",
     "GPTBlock",
     "GPTClassifier",
     "ViT",
     "WordPieceTokenizer",
     "bert_mask_tokens",
+    "clip_loss",
     "data",
     "document_rotation",
     "finetune_loss",

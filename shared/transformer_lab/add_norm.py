@@ -24,6 +24,7 @@ ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact (erf) GELU: BERT, BART, ViT
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # OpenAI CLIP's
 }
 
 

@@ -78,6 +78,8 @@ class ViT(nn.Module):
 
     parts: what it is built from (`Parts()`, the reference, by default): n_layers pre-norm
     `parts.encoder_block`s given `parts.sublayers`, and the final `ln_f` is a `parts.norm`.
+    activation: the FFN's ("gelu"; CLIP's weights use "quick_gelu"). pre_norm=True adds a
+    LayerNorm `ln_pre` on the embeddings before the first block (CLIP's image encoder).
     """
 
     def __init__(
@@ -93,6 +95,9 @@ class ViT(nn.Module):
         dropout: float = 0.0,
         eps: float = 1e-12,
         parts: Parts | None = None,
+        *,
+        activation: str = "gelu",
+        pre_norm: bool = False,
     ):
         super().__init__()
         parts = Parts() if parts is None else parts
@@ -108,6 +113,7 @@ class ViT(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))  # x_cls
         self.pos_embed = nn.Parameter(torch.zeros(1, self.n_patches + 1, d_model))  # E_pos
         self.dropout = nn.Dropout(dropout)
+        self.ln_pre = parts.norm(d_model, eps) if pre_norm else nn.Identity()  # CLIP's
         self.blocks = nn.ModuleList(
             parts.encoder_block(
                 d_model,
@@ -115,7 +121,7 @@ class ViT(nn.Module):
                 d_ff,
                 dropout,
                 norm_first=True,
-                activation="gelu",
+                activation=activation,
                 eps=eps,
                 **parts.sublayers,
             )
@@ -149,7 +155,7 @@ class ViT(nn.Module):
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, N + 1, d_model) after the blocks and the final LayerNorm."""
-        z = self.embed(images)
+        z = self.ln_pre(self.embed(images))
         for block in self.blocks:
             z = block(z)
         return self.ln_f(z)

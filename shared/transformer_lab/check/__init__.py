@@ -35,6 +35,7 @@ from . import (  # noqa: F401
     lesson09,
     lesson10,
     lesson11,
+    lesson13,
 )
 
 # isort: on
@@ -72,6 +73,7 @@ from .lesson08_sampling import sample_next
 from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
 from .lesson10 import document_rotation, sentence_permutation, text_infilling
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify
+from .lesson13 import clip_loss
 
 __all__ = [
     "EXERCISES",
@@ -134,4 +136,6 @@ __all__ = [
     "ViTEmbedding",
     "cls_attention_map",
     "patchify",
+    # lesson 13
+    "clip_loss",
 ]

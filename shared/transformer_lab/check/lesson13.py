@@ -1,0 +1,242 @@
+"""Checks for lesson 13 — CLIP: `clip_loss`, the symmetric contrastive (InfoNCE) loss."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+
+from .. import clip as _clip
+from .drivers import FunctionDriver
+from .engine import Case, Exercise, Mistake
+
+__all__ = ["clip_loss"]
+
+# ==============================================================================================
+# clip_loss(image_features, text_features, logit_scale) -> scalar
+#   ½ · [CE(exp(t) · cos(I, T), arange(B)) + CE(exp(t) · cos(T, I), arange(B))]
+#
+# The mutants below must not call the reference (it is forbidden while they run): they share the
+# private helpers _unit, _cross_entropy.
+
+
+def _unit(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def _cross_entropy(logits, labels, reduction="mean"):
+    """-log softmax(logits)[i, labels[i]], averaged (or summed) over the rows."""
+    picked = logits.log_softmax(dim=-1).gather(1, labels[:, None])[:, 0]
+    return -(picked.mean() if reduction == "mean" else picked.sum())
+
+
+def _logits(image_features, text_features, logit_scale):
+    return logit_scale.exp() * _unit(image_features) @ _unit(text_features).T
+
+
+def _labels(logits):
+    return torch.arange(logits.shape[0], device=logits.device)
+
+
+def _image_to_text_only(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    return _cross_entropy(logits, _labels(logits))
+
+
+def _text_to_image_only(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    return _cross_entropy(logits.T, _labels(logits))
+
+
+def _no_normalisation(image_features, text_features, logit_scale):
+    logits = logit_scale.exp() * image_features @ text_features.T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _normalise_batch_axis(image_features, text_features, logit_scale):
+    image = image_features / image_features.norm(dim=0, keepdim=True)
+    text = text_features / text_features.norm(dim=0, keepdim=True)
+    logits = logit_scale.exp() * image @ text.T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _divide_by_scale(image_features, text_features, logit_scale):
+    logits = _unit(image_features) @ _unit(text_features).T / logit_scale.exp()
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _scale_without_exp(image_features, text_features, logit_scale):
+    logits = logit_scale * _unit(image_features) @ _unit(text_features).T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _no_scale(image_features, text_features, logit_scale):
+    logits = _unit(image_features) @ _unit(text_features).T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _labels_reversed(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    labels = _labels(logits).flip(0)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _labels_zero(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    labels = torch.zeros_like(_labels(logits))
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _sum_of_directions(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    labels = _labels(logits)
+    return _cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)
+
+
+def _sum_over_batch(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    labels = _labels(logits)
+    image_to_text = _cross_entropy(logits, labels, "sum")
+    return (image_to_text + _cross_entropy(logits.T, labels, "sum")) / 2
+
+
+class _TransformersOnceImported(tuple):
+    """Forbidden names whose `transformers.*` entries count only once transformers is imported.
+
+    Switching a name off means importing its module, and importing transformers costs seconds:
+    every first check would pay it. Code that calls transformers' CLIP loss has imported
+    transformers before the check runs it (an import inside the function itself is the exception).
+    """
+
+    def __iter__(self):
+        loaded = "transformers" in sys.modules
+        names = tuple.__iter__(self)
+        return iter([n for n in names if loaded or not n.startswith("transformers.")])
+
+
+def _clip_loss_cases(thorough: bool) -> list[Case]:
+    def case(B, d, t, spread=3.0, label=""):
+        def make(g):
+            scales = torch.rand(B, 1, generator=g, dtype=torch.float64) * spread + 0.2
+            image = torch.randn(B, d, generator=g, dtype=torch.float64) * scales
+            text = torch.randn(B, d, generator=g, dtype=torch.float64) * scales.flip(0)
+            return {
+                "image_features": image,
+                "text_features": text,
+                "logit_scale": torch.tensor(float(t), dtype=torch.float64),
+            }
+
+        text = f"B={B}, d={d}, logit_scale={t:.4g}"
+        return Case(text + (f", {label}" if label else ""), make)
+
+    t0 = math.log(1 / 0.07)  # CLIP's initial value, exp(t) ≈ 14.3
+    # The first case tells every catalogued mistake apart: rows of different norms, B != d,
+    # exp(t) neither 1 nor t.
+    cases = [case(4, 6, t0), case(3, 5, 0.5)]
+    if thorough:
+        cases += [
+            case(1, 4, 1.0, label="one pair"),
+            case(2, 2, t0),
+            case(8, 16, 1.0),
+            case(16, 4, 0.3, label="B > d"),
+            case(5, 1, 1.5, label="d = 1"),
+            case(6, 32, math.log(100.0), label="exp(logit_scale) = 100, CLIP's clamp"),
+            case(4, 8, -1.0, label="logit_scale < 0"),
+            case(7, 12, 2.0, spread=1e3, label="norms from 0.2 to 1000"),
+            case(32, 24, t0),
+        ]
+    return cases
+
+
+clip_loss = Exercise(
+    name="clip_loss",
+    lesson="13",
+    module="clip",
+    reference=_clip.clip_loss,
+    forbidden=_TransformersOnceImported(
+        (
+            "transformer_lab.clip.clip_loss",
+            "transformer_lab.clip.clip_logits",
+            "transformer_lab.clip_loss",
+            "transformers.models.clip.modeling_clip.clip_loss",  # transformers < 5
+            "transformers.models.clip.modeling_clip.image_text_contrastive_loss",
+            "transformers.models.clip.modeling_clip.contrastive_loss",
+        )
+    ),
+    mistakes=[
+        Mistake(
+            "image-to-text-only",
+            "only the image → text cross-entropy is there (or it is taken twice): CLIP's loss is "
+            "the mean of both directions, so add the text → image one, on the transposed logits.",
+            _image_to_text_only,
+        ),
+        Mistake(
+            "text-to-image-only",
+            "only the text → image cross-entropy is there (or the transposed logits are used for "
+            "both): CLIP's loss is the mean of the image → text cross-entropy (rows of "
+            "logits_per_image) and the text → image one (its transpose).",
+            _text_to_image_only,
+        ),
+        Mistake(
+            "no-normalisation",
+            "the features are not normalised: divide each row by its L2 norm so that the logits "
+            "are exp(logit_scale) times cosine similarities.",
+            _no_normalisation,
+        ),
+        Mistake(
+            "normalised-over-batch",
+            "the features are normalised over the batch axis (dim=0): each row (one image or one "
+            "text) must have unit length, so normalise over dim=-1.",
+            _normalise_batch_axis,
+        ),
+        Mistake(
+            "divided-by-scale",
+            "the cosine similarities are divided by exp(logit_scale): logit_scale is the log of "
+            "the *inverse* temperature, so multiply by exp(logit_scale).",
+            _divide_by_scale,
+        ),
+        Mistake(
+            "scale-without-exp",
+            "the similarities are multiplied by logit_scale itself: it is a log, multiply by "
+            "exp(logit_scale).",
+            _scale_without_exp,
+        ),
+        Mistake(
+            "no-scale",
+            "the similarities are not multiplied by exp(logit_scale) at all: without the learned "
+            "temperature the logits stay in [-1, 1].",
+            _no_scale,
+        ),
+        Mistake(
+            "labels-not-diagonal",
+            "the targets are not the diagonal: image i belongs with text i, so the labels are "
+            "torch.arange(B) (not reversed).",
+            _labels_reversed,
+        ),
+        Mistake(
+            "labels-zero",
+            "every row's target is 0: image i belongs with text i, so the labels are "
+            "torch.arange(B).",
+            _labels_zero,
+        ),
+        Mistake(
+            "sum-of-directions",
+            "the two cross-entropies are added, not averaged: divide their sum by 2.",
+            _sum_of_directions,
+        ),
+        Mistake(
+            "sum-over-batch",
+            "the cross-entropies are summed over the batch: each is a mean over its B rows "
+            "(F.cross_entropy's default reduction).",
+            _sum_over_batch,
+        ),
+    ],
+    driver=FunctionDriver(_clip_loss_cases, outputs=("loss",)),
+    doc="clip_loss(image_features, text_features, logit_scale) -> loss",
+)

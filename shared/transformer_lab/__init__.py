@@ -27,7 +27,7 @@ from .bert import (
     load_minilm,
     sentence_embedding,
 )
-from .clip import CLIP, CLIPConfig, clip_loss
+from .clip import CLIP, CLIPConfig, clip_loss, zero_shot_classify
 from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
 from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
 from .masking import causal_mask, combine_masks, padding_mask
@@ -76,6 +76,7 @@ __all__ = [
     "train",
     "unpatchify",
     "viz",
+    "zero_shot_classify",
     "RNN",
     "DecoderBlock",
     "EncoderBlock",

@@ -44,7 +44,14 @@ from .encoder_decoder import Parts
 from .masking import causal_mask
 from .vit import ViT
 
-__all__ = ["CLIP", "CLIPConfig", "CLIPTextEncoder", "clip_loss", "clip_logits"]
+__all__ = [
+    "CLIP",
+    "CLIPConfig",
+    "CLIPTextEncoder",
+    "clip_logits",
+    "clip_loss",
+    "zero_shot_classify",
+]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -67,10 +74,13 @@ def _check_features(image_features, text_features, logit_scale) -> torch.Tensor:
         )
     if image_features.shape[0] == 0:
         raise ValueError("the batch is empty (B = 0)")
+    return _scalar(logit_scale, image_features)
+
+
+def _scalar(logit_scale, like: torch.Tensor) -> torch.Tensor:
+    """logit_scale as a 0-d tensor (a Python number becomes one of `like`'s dtype and device)."""
     if not isinstance(logit_scale, torch.Tensor):
-        logit_scale = torch.as_tensor(
-            logit_scale, dtype=image_features.dtype, device=image_features.device
-        )
+        logit_scale = torch.as_tensor(logit_scale, dtype=like.dtype, device=like.device)
     if logit_scale.numel() != 1:
         raise ValueError(
             f"logit_scale must be a scalar (the log of the inverse temperature), got shape "
@@ -111,6 +121,44 @@ def clip_loss(
     image_to_text = F.cross_entropy(logits_per_image, labels)
     text_to_image = F.cross_entropy(logits_per_image.T, labels)
     return (image_to_text + text_to_image) / 2
+
+
+def zero_shot_classify(
+    image_features: torch.Tensor, class_features: torch.Tensor, logit_scale
+) -> torch.Tensor:
+    """Zero-shot class probabilities from prompts, with CLIP's prompt ensembling.
+
+    image_features: (B, d), not yet normalised
+    class_features: (K, P, d), the text features of P prompts ("the digit {}", "a handwritten
+                    {}", ...) for each of K classes, not yet normalised
+    logit_scale:    scalar tensor t, logits = exp(t) · cos
+    returns         (B, K) probabilities: softmax over the K classes of exp(t) · cos(image, c_k),
+                    where c_k is the class's prompt vectors, each normalised, averaged over the P
+                    prompts and normalised again.
+    """
+    if not isinstance(class_features, torch.Tensor):
+        raise TypeError(
+            f"class_features must be a torch.Tensor, got {type(class_features).__name__}"
+        )
+    require_ndim("class_features", class_features, 3, "(K, P, d)")
+    K, P, d = class_features.shape
+    if K == 0 or P == 0:
+        raise ValueError(f"class_features {tuple(class_features.shape)} has no classes or prompts")
+    if not isinstance(image_features, torch.Tensor):
+        raise TypeError(
+            f"image_features must be a torch.Tensor, got {type(image_features).__name__}"
+        )
+    require_ndim("image_features", image_features, 2, "(B, d)")
+    if image_features.shape[1] != d:
+        raise ValueError(
+            f"image_features {tuple(image_features.shape)} and class_features "
+            f"{tuple(class_features.shape)} must share d (the last axis)"
+        )
+    logit_scale = _scalar(logit_scale, image_features)
+    prompts = F.normalize(class_features, dim=-1)  # every prompt vector on the unit sphere
+    classes = F.normalize(prompts.mean(dim=1), dim=-1)  # (K, d): the ensemble, back on it
+    logits = logit_scale.exp() * F.normalize(image_features, dim=-1) @ classes.T  # (B, K)
+    return logits.softmax(dim=-1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -278,3 +278,87 @@ def test_a_student_error_names_the_case():
     with pytest.raises(check.CheckFailed, match=r"your function raised RuntimeError") as info:
         check.clip_loss(crashes)
     assert "B=4, d=6" in info.value.case
+
+
+# ---------------------------------------------------------------------------------------------
+# zero_shot_classify
+
+
+def good_zero_shot(image_features, class_features, logit_scale):
+    classes = F.normalize(F.normalize(class_features, dim=-1).mean(dim=1), dim=-1)
+    image = F.normalize(image_features, dim=-1)
+    return (logit_scale.exp() * image @ classes.T).softmax(dim=-1)
+
+
+def loop_zero_shot(image_features, class_features, logit_scale):
+    """Class by class, prompt by prompt, with norms written out."""
+    K, P, _ = class_features.shape
+    class_vectors = []
+    for k in range(K):
+        total = sum(class_features[k, p] / class_features[k, p].norm() for p in range(P))
+        class_vectors.append(total / total.norm())
+    classes = torch.stack(class_vectors)
+    image = image_features / image_features.norm(dim=1, keepdim=True)
+    logits = torch.exp(logit_scale) * image @ classes.T
+    return torch.exp(logits - logits.logsumexp(dim=1, keepdim=True))
+
+
+ZS = check.EXERCISES["zero_shot_classify"]
+ZS_GOOD = [good_zero_shot, loop_zero_shot]
+
+
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+@pytest.mark.parametrize("impl", ZS_GOOD, ids=[f.__name__ for f in ZS_GOOD])
+def test_correct_zero_shot_implementations_pass(impl, thorough, capsys):
+    assert check.zero_shot_classify(impl, thorough=thorough) is None
+    assert "✓ zero_shot_classify" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+@pytest.mark.parametrize("key", [m.key for m in ZS.mistakes])
+def test_each_zero_shot_mistake_is_caught_and_named(key, thorough):
+    mistake = ZS.mistake(key)
+    with pytest.raises(check.CheckFailed) as info:
+        check.zero_shot_classify(mistake.impl, thorough=thorough)
+    assert info.value.exercise == "zero_shot_classify"
+    assert info.value.mistake == mistake.sentence
+
+
+def test_the_first_zero_shot_case_tells_every_mistake_apart():
+    case = lesson13._zero_shot_cases(False)[0]
+    inputs = case.make(torch.Generator().manual_seed(0))
+    outputs = [clip.zero_shot_classify(**inputs)] + [m.impl(**inputs) for m in ZS.mistakes]
+    for i, a in enumerate(outputs):
+        for b in outputs[i + 1 :]:
+            assert not torch.allclose(a, b, atol=1e-6)
+
+
+def test_with_one_prompt_the_ensemble_mistakes_cannot_show():
+    """Why the cases have P > 1: with one prompt per class the three ensembling mistakes equal
+    the reference (so the first visible case has P = 4)."""
+    g = torch.Generator().manual_seed(1)
+    image, classes = torch.randn(3, 5, generator=g), torch.randn(4, 1, 5, generator=g) * 3
+    t = torch.tensor(1.3)
+    for key in ("first-prompt-only", "mean-of-raw-prompts", "probabilities-averaged"):
+        expected = clip.zero_shot_classify(image, classes, t)
+        torch.testing.assert_close(ZS.mistake(key).impl(image, classes, t), expected)
+
+
+def test_zero_shot_forbidden_reference_is_refused():
+    def uses_reference(image_features, class_features, logit_scale):
+        return clip.zero_shot_classify(image_features, class_features, logit_scale)
+
+    with pytest.raises(check.ImplementThisYourself, match="zero_shot_classify is what the"):
+        check.zero_shot_classify(uses_reference)
+    with pytest.raises(check.ImplementThisYourself, match="reference implementation"):
+        check.zero_shot_classify(clip.zero_shot_classify)
+
+
+def test_zero_shot_may_not_call_the_course_clip_loss_but_argmax_of_nothing_fails():
+    def argmax_only(image_features, class_features, logit_scale):
+        """Returns hard one-hot predictions: right classes, wrong probabilities, no gradient."""
+        probs = good_zero_shot(image_features, class_features, logit_scale)
+        return F.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
+
+    with pytest.raises(check.CheckFailed, match="probs differs"):
+        check.zero_shot_classify(argmax_only)

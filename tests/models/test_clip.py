@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lab import CLIP, CLIPConfig, clip_loss
+from transformer_lab import CLIP, CLIPConfig, clip_loss, zero_shot_classify
 from transformer_lab.add_norm import ACTIVATIONS
 from transformer_lab.clip import CLIPTextEncoder, clip_logits
 
@@ -135,6 +135,52 @@ def test_clip_loss_accepts_a_float_logit_scale():
 def test_clip_loss_bad_inputs_are_named(image, text, t, error, match):
     with pytest.raises(error, match=match):
         clip_loss(image, text, t)
+
+
+def test_zero_shot_classify_is_prompt_ensembling_then_one_softmax():
+    g = torch.Generator().manual_seed(0)
+    image = torch.randn(4, 6, generator=g, dtype=torch.float64)
+    prompts = torch.randn(3, 5, 6, generator=g, dtype=torch.float64) * torch.rand(
+        3, 5, 1, generator=g, dtype=torch.float64
+    )
+    t = torch.tensor(2.0, dtype=torch.float64)
+    probs = zero_shot_classify(image, prompts, t)
+    assert probs.shape == (4, 3)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(4, dtype=torch.float64))
+    # written out: unit prompts, their mean per class, unit again; cosines times e^t; softmax
+    class_vectors = []
+    for k in range(3):
+        mean = sum(prompts[k, p] / prompts[k, p].norm() for p in range(5)) / 5
+        assert mean.norm() < 1  # the mean of unit vectors is shorter: why it is renormalised
+        class_vectors.append(mean / mean.norm())
+    for b in range(4):
+        logits = [
+            math.exp(2.0) * float(image[b] @ c) / float(image[b].norm()) for c in class_vectors
+        ]
+        for k in range(3):
+            expected = math.exp(logits[k]) / sum(math.exp(x) for x in logits)
+            assert probs[b, k].item() == pytest.approx(expected, rel=1e-9)
+    # with one prompt per class it is the softmax of clip_logits' rows
+    one = prompts[:, :1]
+    square_image = image[:3]
+    torch.testing.assert_close(
+        zero_shot_classify(square_image, one, t),
+        clip_logits(square_image, one[:, 0], t).softmax(-1),
+    )
+
+
+@pytest.mark.parametrize(
+    "image,classes,match",
+    [
+        (torch.zeros(2, 4), torch.zeros(3, 4), r"\(K, P, d\)"),
+        (torch.zeros(2, 5), torch.zeros(3, 2, 4), "share d"),
+        (torch.zeros(2, 2, 4), torch.zeros(3, 2, 4), r"\(B, d\)"),
+        (torch.zeros(2, 4), torch.zeros(0, 2, 4), "no classes"),
+    ],
+)
+def test_zero_shot_classify_bad_shapes_are_named(image, classes, match):
+    with pytest.raises(ValueError, match=match):
+        zero_shot_classify(image, classes, 1.0)
 
 
 def test_quick_gelu_is_x_sigmoid_1_702_x():
@@ -386,3 +432,42 @@ def test_hf_parity_catches_a_wrong_pooling_and_missing_pre_norm():
 def test_from_hf_rejects_an_unsupported_activation():
     with pytest.raises(ValueError, match="hidden_act"):
         CLIP.from_hf(transformers.CLIPModel(hf_config(act="relu")))
+
+
+# ----------------------------------------------------------------------------- the student's parts
+
+
+class MyLayerNorm(torch.nn.Module):
+    """A LayerNorm as a student writes it (lesson 05's contract)."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(d_model))
+        self.bias = torch.nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+def test_clip_on_the_students_parts_reproduces_transformers(student_dir, capsys):
+    """student.use("CLIP").from_hf builds both encoders from the student's passing LayerNorm
+    (ln_pre, the blocks' norms, ln_f of both towers) and still gives transformers' logits."""
+    from transformer_lab import check, student
+
+    student._TOLD.clear()
+    check.LayerNorm(MyLayerNorm)
+    hf = randomise(transformers.CLIPModel(hf_config()), seed=7)
+    mine = student.use("CLIP").from_hf(hf).eval()
+    out = capsys.readouterr().out
+    assert "CLIP: built from YOUR LayerNorm" in out, out
+    norms = [mine.vision.ln_pre, mine.vision.ln_f, mine.text.ln_f, mine.text.blocks[0].norm1]
+    assert all(type(n).__module__ == "transformer_lab_student.add_norm" for n in norms)
+    images, tokens = pairs(B=3, L=7, seed=8)
+    expected = hf_outputs(hf, images, tokens)
+    with torch.no_grad():
+        got = (*mine(images, tokens), mine.loss(images, tokens))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, atol=2e-5, rtol=2e-5)

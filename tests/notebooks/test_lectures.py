@@ -29,6 +29,7 @@ LESSONS = [
     "09_bert",
     "10_bart",
     "11_vit",
+    "13_clip",
 ]
 
 # [text](target) in markdown, and href="target" / src="target" in inline HTML
@@ -225,6 +226,7 @@ BUILT_FROM_PARTS = {
     "09_bert": "BERT: built from YOUR",
     "10_bart": "BART: built from YOUR",
     "11_vit": "ViT: built from YOUR",
+    "13_clip": "CLIP: built from YOUR",
 }
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_grading.py [--lesson 02_qkv_attention] [--students 4]
     .venv/bin/python benchmarks/bench_grading.py --per-lesson     # one student, every lesson
+    .venv/bin/python benchmarks/bench_grading.py --cluster        # + Dask on loopback, memory
 
 
 Each round grades N copies of the lesson's solution notebook in a fresh temporary copy of the
@@ -74,14 +75,253 @@ def per_lesson() -> None:
     )
 
 
+# ----------------------------------------------------------------------------------------------
+# Many cores and many machines (issue 14, parts 3 and 4).
+
+
+def _class(tmp: Path, lesson: str, students: int) -> Path:
+    notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+    for i in range(students):
+        folder = tmp / "subs" / f"s{i:03d}" / lesson
+        folder.mkdir(parents=True)
+        shutil.copy(notebook, folder / notebook.name)
+    return tmp / "subs"
+
+
+class _TreeSampler:
+    """Peak memory of this process's descendants (the grading jobs: sandbox, nbgrader, the
+    student's kernel, the clean re-check), sampled every `every` seconds: the sum of RSS, and
+    of PSS (shared pages split between the processes that map them)."""
+
+    def __init__(self, every: float = 0.25):
+        import threading
+
+        import psutil
+
+        self.me = psutil.Process()
+        self.every = every
+        self.peak_rss = self.peak_pss = 0
+        self.peak_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.every):
+            rss = pss = 0
+            kids = self.me.children(recursive=True)
+            for proc in kids:
+                try:
+                    info = proc.memory_full_info()
+                    rss += info.rss
+                    pss += getattr(info, "pss", info.rss)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.peak_procs = max(self.peak_procs, len(kids))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def memory_per_job(lesson: str, students: int = 2) -> dict:
+    """Grade `students` solution notebooks with --jobs 1 while sampling the jobs' memory: the
+    peak is one job's (one student at a time), kernel and children included."""
+    with tempfile.TemporaryDirectory(prefix="bench-grading-mem-") as tmp:
+        tmp = Path(tmp)
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+        subs = _class(tmp, lesson, students)
+        wall, cpu = time.perf_counter(), _cpu()
+        with _TreeSampler() as sampled:
+            records = grade.grade(course, lesson, subs, out=tmp / "g.csv", jobs=1, quiet=True)
+        wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    return {
+        "rss_gib": sampled.peak_rss / sandbox.GiB,
+        "pss_gib": sampled.peak_pss / sandbox.GiB,
+        "procs": sampled.peak_procs,
+        "cpu_per_notebook": cpu / len(records),
+        "wall_per_notebook": wall / len(records),
+        "busy": cpu / wall,  # cores one job keeps busy
+    }
+
+
+def advise_jobs(mem: dict, cores: int = 16, memory_gib: float = 64.0, reserve_gib: float = 4.0):
+    """--jobs N for a server: no more jobs than cores can keep busy, and N x the measured peak
+    (with 50 % headroom) within the memory left after `reserve_gib` for the system."""
+    by_cpu = int(cores / max(mem["busy"], 0.01))
+    by_memory = int((memory_gib - reserve_gib) / (1.5 * mem["rss_gib"]))
+    return min(by_cpu, by_memory), by_cpu, by_memory
+
+
+def start_loopback_cluster(tmp: Path, workers: int = 2, threads: int = 1) -> tuple[str, list]:
+    """`dask scheduler` and `workers` x `dask worker` on 127.0.0.1 (free ports, no dashboard)."""
+    import json
+    import subprocess
+
+    dask = str(Path(sys.executable).parent / "dask")
+    info = tmp / "scheduler.json"
+    common = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+            + ["--scheduler-file", str(info)],
+            start_new_session=True,
+            **common,
+        )
+    ]
+    deadline = time.monotonic() + 60
+    while not (info.is_file() and info.stat().st_size):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Dask scheduler did not start")
+        time.sleep(0.2)
+    address = json.loads(info.read_text())["address"]
+    for i in range(workers):
+        procs.append(
+            subprocess.Popen(
+                [dask, "worker", address, "--host", "127.0.0.1", "--nworkers", "1"]
+                + ["--nthreads", str(threads), "--no-dashboard", "--local-directory"]
+                + [str(tmp / f"w{i}")],
+                start_new_session=True,
+                **common,
+            )
+        )
+    from distributed import Client
+
+    with Client(address, timeout=30, set_as_default=False) as client:
+        client.wait_for_workers(workers, timeout=120)
+    return address, procs
+
+
+def stop_loopback_cluster(procs: list) -> None:
+    import signal
+
+    for proc in reversed(procs):
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        proc.wait(timeout=30)
+
+
+def _tree_cpu(procs: list) -> float:
+    """CPU seconds of these processes and every descendant (finished ones included)."""
+    import psutil
+
+    total = 0.0
+    for proc in procs:
+        try:
+            root = psutil.Process(proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def dask_round(lesson: str, students: int, workers: int = 2) -> dict:
+    """The same class as `one_round`, graded through a scheduler and `workers` one-thread workers
+    on 127.0.0.1. CPU: this process plus the cluster's processes and their jobs."""
+    with tempfile.TemporaryDirectory(prefix="bench-grading-dask-") as tmp:
+        tmp = Path(tmp)
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+        subs = _class(tmp, lesson, students)
+        start = time.perf_counter()
+        address, procs = start_loopback_cluster(tmp, workers)
+        startup = time.perf_counter() - start
+        try:
+            wall, cpu, tree = time.perf_counter(), _cpu(), _tree_cpu(procs)
+            records = grade.grade(
+                course, lesson, subs, out=tmp / "g.csv", scheduler=address, quiet=True
+            )
+            wall = time.perf_counter() - wall
+            cpu = _cpu() - cpu + _tree_cpu(procs) - tree
+        finally:
+            stop_loopback_cluster(procs)
+    full = sum(r["score"] == r["max_score"] and r["status"] == "graded" for r in records)
+    return {
+        "jobs": f"dask {workers}x1",
+        "wall": wall,
+        "cpu": cpu,
+        "full_marks": full,
+        "n": len(records),
+        "startup": startup,
+    }
+
+
+def projection(cpu_per_notebook: float, students: int, machines: int, slots: int, eff: float):
+    """Wall seconds = students x CPU s per notebook / (machines x slots x efficiency)."""
+    return students * cpu_per_notebook / (machines * slots * eff)
+
+
+def many_cores_and_machines(lesson: str, students: int) -> None:
+    """--jobs 1 / --jobs 2 / Dask on loopback for the same class, memory per job, advice."""
+    print(
+        f"lesson {lesson}, {students} students, load {os.getloadavg()[0]:.1f}, "
+        f"{os.cpu_count()} CPUs, sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    mem = memory_per_job(lesson)
+    n, by_cpu, by_memory = advise_jobs(mem)
+    print(
+        f"one job (--jobs 1, {lesson}): peak RSS {mem['rss_gib']:.2f} GiB, PSS "
+        f"{mem['pss_gib']:.2f} GiB over up to {mem['procs']} processes; "
+        f"{mem['cpu_per_notebook']:.1f} CPU s and {mem['wall_per_notebook']:.1f} s wall a "
+        f"notebook ({mem['busy']:.2f} cores busy)"
+    )
+    print(
+        f"16 cores, 64 GB: --jobs {n} (cores allow {by_cpu}, memory {by_memory} at 1.5 x the "
+        "peak RSS with 4 GB for the system)"
+    )
+    rounds = [one_round(lesson, students, 1), one_round(lesson, students, 2)]
+    rounds.append(dask_round(lesson, students))
+    print(
+        "| run | students | wall (s) | CPU (s) | wall per student (s) | vs --jobs 1 | full marks |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rounds:
+        name = r["jobs"] if isinstance(r["jobs"], str) else f"--jobs {r['jobs']}"
+        print(
+            f"| {name} | {r['n']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['wall'] / r['n']:.1f} | "
+            f"{rounds[0]['wall'] / r['wall']:.2f}x | {r['full_marks']}/{r['n']} |"
+        )
+    print(
+        f"Dask cluster start-up (scheduler + 2 workers, not in the wall above): {rounds[2]['startup']:.1f} s"
+    )
+    eff = rounds[0]["wall"] / rounds[1]["wall"] / 2
+    print(f"parallel efficiency of --jobs 2: {eff:.2f}")
+    cpu = rounds[0]["cpu"] / rounds[0]["n"]
+    for label, students_, machines in (("300 students", 300, 1), ("10,000 students", 10_000, 20)):
+        wall = projection(cpu, students_, machines, 16, min(eff, 1.0))
+        print(
+            f"{label}, {machines} x 16 cores, {lesson} at {cpu:.1f} CPU s a notebook: "
+            f"{wall / 60:.0f} min a lesson"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
     parser.add_argument("--students", type=int, default=4)
     parser.add_argument("--per-lesson", action="store_true", help="one student, every lesson")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="--jobs 1, --jobs 2 and Dask on loopback (scheduler + 2 workers), memory per job",
+    )
     args = parser.parse_args()
     if args.per_lesson:
         per_lesson()
+        return
+    if args.cluster:
+        many_cores_and_machines(args.lesson, args.students)
         return
     print(
         f"lesson {args.lesson}, {args.students} students, load {os.getloadavg()[0]:.1f}, "

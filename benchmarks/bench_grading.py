@@ -79,13 +79,60 @@ def per_lesson() -> None:
 # Many cores and many machines (issue 14, parts 3 and 4).
 
 
-def _class(tmp: Path, lesson: str, students: int) -> Path:
-    notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+def _class(tmp: Path, lesson: str, students: int, mixed: bool = False) -> Path:
+    """`students` copies of the solution notebook; `mixed`: every second one the released
+    notebook instead (graded, 0 points), so that rounds can be compared record by record."""
     for i in range(students):
+        part = "exercises" if mixed and i % 2 else "solutions"
+        notebook = REPO / part / lesson / f"{lesson}.ipynb"
         folder = tmp / "subs" / f"s{i:03d}" / lesson
         folder.mkdir(parents=True)
         shutil.copy(notebook, folder / notebook.name)
     return tmp / "subs"
+
+
+def _same(record: dict) -> dict:
+    """A record without its timings (when, how long, the checks' own "0.23 s")."""
+    import re
+
+    same = {k: v for k, v in record.items() if k not in ("seconds", "graded_at")}
+    same["cells"] = {
+        gid: {**c, "output": re.sub(r"\d+(\.\d+)? s\b", "<t> s", c["output"])}
+        for gid, c in record["cells"].items()
+    }
+    return same
+
+
+def graded_round(lesson: str, students: int, *, jobs: int = 1, workers: int = 0) -> dict:
+    """One run over the same mixed class in a fresh course copy: here with `jobs`, or through
+    a scheduler and `workers` one-thread `dask worker`s on 127.0.0.1 (started before the clock;
+    their CPU, and their grading jobs', counted). Returns the records too."""
+    with tempfile.TemporaryDirectory(prefix="bench-grading-round-") as tmp:
+        tmp = Path(tmp)
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+        subs = _class(tmp, lesson, students, mixed=True)
+        procs, options, startup = [], {"jobs": jobs}, 0.0
+        if workers:
+            start = time.perf_counter()
+            address, procs = start_loopback_cluster(tmp, workers)
+            startup = time.perf_counter() - start
+            options = {"scheduler": address}
+        try:
+            wall, cpu, tree = time.perf_counter(), _cpu(), _tree_cpu(procs)
+            records = grade.grade(course, lesson, subs, out=tmp / "g.csv", quiet=True, **options)
+            wall = time.perf_counter() - wall
+            cpu = _cpu() - cpu + _tree_cpu(procs) - tree
+        finally:
+            stop_loopback_cluster(procs)
+    return {
+        "name": f"Dask, {workers} workers x 1 thread" if workers else f"--jobs {jobs}",
+        "wall": wall,
+        "cpu": cpu,
+        "n": len(records),
+        "records": [_same(r) for r in records],
+        "scores": sorted(r["score"] for r in records),
+        "startup": startup,
+    }
 
 
 class _TreeSampler:
@@ -152,9 +199,11 @@ def memory_per_job(lesson: str, students: int = 2) -> dict:
 
 
 def advise_jobs(mem: dict, cores: int = 16, memory_gib: float = 64.0, reserve_gib: float = 4.0):
-    """--jobs N for a server: no more jobs than cores can keep busy, and N x the measured peak
-    (with 50 % headroom) within the memory left after `reserve_gib` for the system."""
-    by_cpu = int(cores / max(mem["busy"], 0.01))
+    """--jobs N for a server: one job per core (a job is CPU-bound: about 0.85 cores busy on a
+    quiet machine, RESULTS.md section 9), one core left for the instructor's process and the
+    system, and N x the measured peak (with 50 % headroom) within the memory left after
+    `reserve_gib` for the system."""
+    by_cpu = cores - 1
     by_memory = int((memory_gib - reserve_gib) / (1.5 * mem["rss_gib"]))
     return min(by_cpu, by_memory), by_cpu, by_memory
 
@@ -226,36 +275,6 @@ def _tree_cpu(procs: list) -> float:
     return total
 
 
-def dask_round(lesson: str, students: int, workers: int = 2) -> dict:
-    """The same class as `one_round`, graded through a scheduler and `workers` one-thread workers
-    on 127.0.0.1. CPU: this process plus the cluster's processes and their jobs."""
-    with tempfile.TemporaryDirectory(prefix="bench-grading-dask-") as tmp:
-        tmp = Path(tmp)
-        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
-        subs = _class(tmp, lesson, students)
-        start = time.perf_counter()
-        address, procs = start_loopback_cluster(tmp, workers)
-        startup = time.perf_counter() - start
-        try:
-            wall, cpu, tree = time.perf_counter(), _cpu(), _tree_cpu(procs)
-            records = grade.grade(
-                course, lesson, subs, out=tmp / "g.csv", scheduler=address, quiet=True
-            )
-            wall = time.perf_counter() - wall
-            cpu = _cpu() - cpu + _tree_cpu(procs) - tree
-        finally:
-            stop_loopback_cluster(procs)
-    full = sum(r["score"] == r["max_score"] and r["status"] == "graded" for r in records)
-    return {
-        "jobs": f"dask {workers}x1",
-        "wall": wall,
-        "cpu": cpu,
-        "full_marks": full,
-        "n": len(records),
-        "startup": startup,
-    }
-
-
 def projection(cpu_per_notebook: float, students: int, machines: int, slots: int, eff: float):
     """Wall seconds = students x CPU s per notebook / (machines x slots x efficiency)."""
     return students * cpu_per_notebook / (machines * slots * eff)
@@ -280,29 +299,35 @@ def many_cores_and_machines(lesson: str, students: int) -> None:
         f"16 cores, 64 GB: --jobs {n} (cores allow {by_cpu}, memory {by_memory} at 1.5 x the "
         "peak RSS with 4 GB for the system)"
     )
-    rounds = [one_round(lesson, students, 1), one_round(lesson, students, 2)]
-    rounds.append(dask_round(lesson, students))
+    rounds = [
+        graded_round(lesson, students, jobs=1),
+        graded_round(lesson, students, jobs=2),
+        graded_round(lesson, students, workers=2),
+    ]
     print(
-        "| run | students | wall (s) | CPU (s) | wall per student (s) | vs --jobs 1 | full marks |"
+        "| run | students | wall (s) | CPU (s) | wall per student (s) | speed-up over --jobs 1 | scores |"
     )
     print("|---|---|---|---|---|---|---|")
     for r in rounds:
-        name = r["jobs"] if isinstance(r["jobs"], str) else f"--jobs {r['jobs']}"
         print(
-            f"| {name} | {r['n']} | {r['wall']:.1f} | {r['cpu']:.1f} | {r['wall'] / r['n']:.1f} | "
-            f"{rounds[0]['wall'] / r['wall']:.2f}x | {r['full_marks']}/{r['n']} |"
+            f"| {r['name']} | {r['n']} | {r['wall']:.1f} | {r['cpu']:.1f} | "
+            f"{r['wall'] / r['n']:.1f} | {rounds[0]['wall'] / r['wall']:.2f}x | "
+            f"{' '.join(f'{x:g}' for x in r['scores'])} |"
         )
+    same = all(r["records"] == rounds[0]["records"] for r in rounds[1:])
+    print(f"records identical in the three runs (timings aside): {'yes' if same else 'NO'}")
     print(
-        f"Dask cluster start-up (scheduler + 2 workers, not in the wall above): {rounds[2]['startup']:.1f} s"
+        f"Dask on loopback against --jobs 2 (same 2 slots): {rounds[1]['wall'] / rounds[2]['wall']:.2f}x "
+        f"wall; cluster start-up (not in the wall above): {rounds[2]['startup']:.1f} s"
     )
     eff = rounds[0]["wall"] / rounds[1]["wall"] / 2
     print(f"parallel efficiency of --jobs 2: {eff:.2f}")
-    cpu = rounds[0]["cpu"] / rounds[0]["n"]
+    cpu = mem["cpu_per_notebook"]  # the solution notebook, graded alone
     for label, students_, machines in (("300 students", 300, 1), ("10,000 students", 10_000, 20)):
-        wall = projection(cpu, students_, machines, 16, min(eff, 1.0))
+        wall = projection(cpu, students_, machines, n, min(eff, 1.0))
         print(
-            f"{label}, {machines} x 16 cores, {lesson} at {cpu:.1f} CPU s a notebook: "
-            f"{wall / 60:.0f} min a lesson"
+            f"{label}, {machines} x {n} jobs, {lesson} at {cpu:.1f} CPU s a notebook, "
+            f"efficiency {min(eff, 1.0):.2f}: {wall / 60:.0f} min a lesson"
         )
 
 

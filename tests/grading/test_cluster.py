@@ -388,6 +388,28 @@ def test_a_task_on_an_unfit_worker_stops_the_run_too(unfit_cluster, course, subm
     assert {r["student"] for r in rec.load_records(here, LESSON)} <= {"nofolder"}
 
 
+def test_a_task_pickled_by_reference_could_not_say_why(unfit_cluster):
+    """The mutant of the task's entry point: a function of transformer_lab, pickled by reference
+    as Dask does by default, fails on the worker without the package before it can explain (the
+    worker cannot even read the message: the task hangs). Last of the tests on this cluster."""
+    client = unfit_cluster.client
+    blocked = next(
+        address
+        for address, info in client.scheduler_info()["workers"].items()
+        if info["name"] == "w0"
+    )
+    expected = {"identity": cluster.identity()}
+    by_value = client.submit(cluster.entry(), expected, None, workers=[blocked], pure=False)
+    reply = by_value.result(timeout=120)
+    assert "cannot import transformer_lab" in reply["unfit"], reply
+    assert blocked in reply["unfit"], reply
+    by_reference = client.submit(cluster.unfit_reason, expected, workers=[blocked], pure=False)
+    with pytest.raises(Exception) as failed:
+        by_reference.result(timeout=30)
+    assert "cannot import transformer_lab" not in str(failed.value)
+    client.cancel([by_reference])
+
+
 def test_an_unreachable_scheduler_is_a_clear_error(course, submissions, tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
     with pytest.raises(SystemExit, match=f"cannot reach the Dask scheduler at {address}"):
@@ -421,5 +443,9 @@ def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp
     assert there == here
     assert (tmp_path / "there" / NAME).read_bytes() == (tmp_path / "here" / NAME).read_bytes()
     assert grade.submission_sha256(folder) != grade.submission_sha256(rebuilt)  # sha: from here
+    # the mutant: a worker sent the notebooks alone would not list the extra files
+    alone = tmp_path / "alone" / "subs" / "partial" / LESSON
+    cluster._rebuild_folder(alone, [e for e in entries if e[1] == "bytes"])
+    assert grade.prepare_submission(alone, released, tmp_path / "alone-out") != here
     with pytest.raises(ValueError, match="bad path"):
         cluster._rebuild_folder(tmp_path / "evil" / "s" / LESSON, [("../x", "empty", None)])

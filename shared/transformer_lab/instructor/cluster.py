@@ -21,10 +21,12 @@ student, the unit of work of `grade.Grader._grade`, moves to a Dask worker:
    the autograded notebooks pass the same checks as local ones (`Grader._keep_autograded`).
 
 A worker that dies mid-task (killed, out of memory, its machine gone): Dask gives the task to
-another worker; the record is written once, here, when the one result arrives. A task that
-killed three workers in a row (Dask's `allowed-failures`) makes the student ungradable with that
-reason. A worker that cannot grade (no transformer_lab, or another version of it) ends the run
-with a message naming the worker; the records already written stay and a rerun resumes.
+another worker; the record is written once, here, when the one result arrives. A task whose
+workers keep dying (more than Dask's `distributed.scheduler.allowed-failures`, 3 by default)
+makes the student ungradable with that reason. A worker that cannot grade (no transformer_lab,
+another version of it, or edited code: `identity`) ends the run with a message naming the
+worker, at the start or when a worker that joined later gets a student; the records already
+written stay, and a rerun resumes.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_grading.py [--lesson 02_qkv_attention] [--students 4]
     .venv/bin/python benchmarks/bench_grading.py --per-lesson     # one student, every lesson
+    .venv/bin/python benchmarks/bench_grading.py --cluster        # + Dask on loopback, memory
 
 
 Each round grades N copies of the lesson's solution notebook in a fresh temporary copy of the
@@ -74,14 +75,278 @@ def per_lesson() -> None:
     )
 
 
+# ----------------------------------------------------------------------------------------------
+# Many cores and many machines (issue 14, parts 3 and 4).
+
+
+def _class(tmp: Path, lesson: str, students: int, mixed: bool = False) -> Path:
+    """`students` copies of the solution notebook; `mixed`: every second one the released
+    notebook instead (graded, 0 points), so that rounds can be compared record by record."""
+    for i in range(students):
+        part = "exercises" if mixed and i % 2 else "solutions"
+        notebook = REPO / part / lesson / f"{lesson}.ipynb"
+        folder = tmp / "subs" / f"s{i:03d}" / lesson
+        folder.mkdir(parents=True)
+        shutil.copy(notebook, folder / notebook.name)
+    return tmp / "subs"
+
+
+def _same(record: dict) -> dict:
+    """A record without its timings (when, how long, the checks' own "0.23 s")."""
+    import re
+
+    same = {k: v for k, v in record.items() if k not in ("seconds", "graded_at")}
+    same["cells"] = {
+        gid: {**c, "output": re.sub(r"\d+(\.\d+)? s\b", "<t> s", c["output"])}
+        for gid, c in record["cells"].items()
+    }
+    return same
+
+
+def graded_round(lesson: str, students: int, *, jobs: int = 1, workers: int = 0) -> dict:
+    """One run over the same mixed class in a fresh course copy: here with `jobs`, or through
+    a scheduler and `workers` one-thread `dask worker`s on 127.0.0.1 (started before the clock;
+    their CPU, and their grading jobs', counted). Returns the records too."""
+    with tempfile.TemporaryDirectory(prefix="bench-grading-round-") as tmp:
+        tmp = Path(tmp)
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+        subs = _class(tmp, lesson, students, mixed=True)
+        procs, options, startup = [], {"jobs": jobs}, 0.0
+        if workers:
+            start = time.perf_counter()
+            address, procs = start_loopback_cluster(tmp, workers)
+            startup = time.perf_counter() - start
+            options = {"scheduler": address}
+        try:
+            wall, cpu, tree = time.perf_counter(), _cpu(), _tree_cpu(procs)
+            records = grade.grade(course, lesson, subs, out=tmp / "g.csv", quiet=True, **options)
+            wall = time.perf_counter() - wall
+            cpu = _cpu() - cpu + _tree_cpu(procs) - tree
+        finally:
+            stop_loopback_cluster(procs)
+    return {
+        "name": f"Dask, {workers} workers x 1 thread" if workers else f"--jobs {jobs}",
+        "wall": wall,
+        "cpu": cpu,
+        "n": len(records),
+        "records": [_same(r) for r in records],
+        "scores": sorted(r["score"] for r in records),
+        "startup": startup,
+    }
+
+
+class _TreeSampler:
+    """Peak memory of this process's descendants (the grading jobs: sandbox, nbgrader, the
+    student's kernel, the clean re-check), sampled every `every` seconds: the sum of RSS, and
+    of PSS (shared pages split between the processes that map them)."""
+
+    def __init__(self, every: float = 0.25):
+        import threading
+
+        import psutil
+
+        self.me = psutil.Process()
+        self.every = every
+        self.peak_rss = self.peak_pss = 0
+        self.peak_procs = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.every):
+            rss = pss = 0
+            kids = self.me.children(recursive=True)
+            for proc in kids:
+                try:
+                    info = proc.memory_full_info()
+                    rss += info.rss
+                    pss += getattr(info, "pss", info.rss)
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.peak_procs = max(self.peak_procs, len(kids))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def memory_per_job(lesson: str, students: int = 2) -> dict:
+    """Grade `students` solution notebooks with --jobs 1 while sampling the jobs' memory: the
+    peak is one job's (one student at a time), kernel and children included."""
+    with tempfile.TemporaryDirectory(prefix="bench-grading-mem-") as tmp:
+        tmp = Path(tmp)
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+        subs = _class(tmp, lesson, students)
+        wall, cpu = time.perf_counter(), _cpu()
+        with _TreeSampler() as sampled:
+            records = grade.grade(course, lesson, subs, out=tmp / "g.csv", jobs=1, quiet=True)
+        wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+    return {
+        "rss_gib": sampled.peak_rss / sandbox.GiB,
+        "pss_gib": sampled.peak_pss / sandbox.GiB,
+        "procs": sampled.peak_procs,
+        "cpu_per_notebook": cpu / len(records),
+        "wall_per_notebook": wall / len(records),
+        "busy": cpu / wall,  # cores one job keeps busy
+    }
+
+
+def advise_jobs(mem: dict, cores: int = 16, memory_gib: float = 64.0, reserve_gib: float = 4.0):
+    """--jobs N for a server: one job per core (a job is CPU-bound: about 0.85 cores busy on a
+    quiet machine, RESULTS.md section 9), one core left for the instructor's process and the
+    system, and N x the measured peak (with 50 % headroom) within the memory left after
+    `reserve_gib` for the system."""
+    by_cpu = cores - 1
+    by_memory = int((memory_gib - reserve_gib) / (1.5 * mem["rss_gib"]))
+    return min(by_cpu, by_memory), by_cpu, by_memory
+
+
+def start_loopback_cluster(tmp: Path, workers: int = 2, threads: int = 1) -> tuple[str, list]:
+    """`dask scheduler` and `workers` x `dask worker` on 127.0.0.1 (free ports, no dashboard)."""
+    import json
+    import subprocess
+
+    dask = str(Path(sys.executable).parent / "dask")
+    info = tmp / "scheduler.json"
+    common = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard"]
+            + ["--scheduler-file", str(info)],
+            start_new_session=True,
+            **common,
+        )
+    ]
+    deadline = time.monotonic() + 60
+    while not (info.is_file() and info.stat().st_size):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Dask scheduler did not start")
+        time.sleep(0.2)
+    address = json.loads(info.read_text())["address"]
+    for i in range(workers):
+        procs.append(
+            subprocess.Popen(
+                [dask, "worker", address, "--host", "127.0.0.1", "--nworkers", "1"]
+                + ["--nthreads", str(threads), "--no-dashboard", "--local-directory"]
+                + [str(tmp / f"w{i}")],
+                start_new_session=True,
+                **common,
+            )
+        )
+    from distributed import Client
+
+    with Client(address, timeout=30, set_as_default=False) as client:
+        client.wait_for_workers(workers, timeout=120)
+    return address, procs
+
+
+def stop_loopback_cluster(procs: list) -> None:
+    import signal
+
+    for proc in reversed(procs):
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        proc.wait(timeout=30)
+
+
+def _tree_cpu(procs: list) -> float:
+    """CPU seconds of these processes and every descendant (finished ones included)."""
+    import psutil
+
+    total = 0.0
+    for proc in procs:
+        try:
+            root = psutil.Process(proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def projection(cpu_per_notebook: float, students: int, machines: int, slots: int, eff: float):
+    """Wall seconds = students x CPU s per notebook / (machines x slots x efficiency)."""
+    return students * cpu_per_notebook / (machines * slots * eff)
+
+
+def many_cores_and_machines(lesson: str, students: int) -> None:
+    """--jobs 1 / --jobs 2 / Dask on loopback for the same class, memory per job, advice."""
+    print(
+        f"lesson {lesson}, {students} students, load {os.getloadavg()[0]:.1f}, "
+        f"{os.cpu_count()} CPUs, sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    mem = memory_per_job(lesson)
+    n, by_cpu, by_memory = advise_jobs(mem)
+    print(
+        f"one job (--jobs 1, {lesson}): peak RSS {mem['rss_gib']:.2f} GiB, PSS "
+        f"{mem['pss_gib']:.2f} GiB over up to {mem['procs']} processes; "
+        f"{mem['cpu_per_notebook']:.1f} CPU s and {mem['wall_per_notebook']:.1f} s wall a "
+        f"notebook ({mem['busy']:.2f} cores busy)"
+    )
+    print(
+        f"16 cores, 64 GB: --jobs {n} (cores allow {by_cpu}, memory {by_memory} at 1.5 x the "
+        "peak RSS with 4 GB for the system)"
+    )
+    rounds = [
+        graded_round(lesson, students, jobs=1),
+        graded_round(lesson, students, jobs=2),
+        graded_round(lesson, students, workers=2),
+    ]
+    print(
+        "| run | students | wall (s) | CPU (s) | wall per student (s) | speed-up over --jobs 1 | scores |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rounds:
+        print(
+            f"| {r['name']} | {r['n']} | {r['wall']:.1f} | {r['cpu']:.1f} | "
+            f"{r['wall'] / r['n']:.1f} | {rounds[0]['wall'] / r['wall']:.2f}x | "
+            f"{' '.join(f'{x:g}' for x in r['scores'])} |"
+        )
+    same = all(r["records"] == rounds[0]["records"] for r in rounds[1:])
+    print(f"records identical in the three runs (timings aside): {'yes' if same else 'NO'}")
+    print(
+        f"Dask on loopback against --jobs 2 (same 2 slots): {rounds[1]['wall'] / rounds[2]['wall']:.2f}x "
+        f"wall; cluster start-up (not in the wall above): {rounds[2]['startup']:.1f} s"
+    )
+    eff = rounds[0]["wall"] / rounds[1]["wall"] / 2
+    print(f"parallel efficiency of --jobs 2: {eff:.2f}")
+    cpu = mem["cpu_per_notebook"]  # the solution notebook, graded alone
+    for label, students_, machines in (("300 students", 300, 1), ("10,000 students", 10_000, 20)):
+        wall = projection(cpu, students_, machines, n, min(eff, 1.0))
+        print(
+            f"{label}, {machines} x {n} jobs, {lesson} at {cpu:.1f} CPU s a notebook, "
+            f"efficiency {min(eff, 1.0):.2f}: {wall / 60:.0f} min a lesson"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
     parser.add_argument("--students", type=int, default=4)
     parser.add_argument("--per-lesson", action="store_true", help="one student, every lesson")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="--jobs 1, --jobs 2 and Dask on loopback (scheduler + 2 workers), memory per job",
+    )
     args = parser.parse_args()
     if args.per_lesson:
         per_lesson()
+        return
+    if args.cluster:
+        many_cores_and_machines(args.lesson, args.students)
         return
     print(
         f"lesson {args.lesson}, {args.students} students, load {os.getloadavg()[0]:.1f}, "

@@ -8,7 +8,8 @@ Instructors (one command per step; see INSTRUCTORS.md):
     release ASSIGNMENT [--exchange DIR]           generate + hand out
     collect SOURCE ASSIGNMENT --out DIR            exchange / LMS zip or folder -> nbgrader layout
     grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--students ...]
-                                                   sandboxed, parallel, resumable autograding
+          [--scheduler tcp://HOST:PORT]            sandboxed, parallel, resumable autograding
+                                                   (on Dask workers with --scheduler)
     feedback ASSIGNMENT [--student S ...]          feedback HTML per student (no hidden tests)
     export [--out grades.csv] [--assignment A]     CSV of every result record
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
@@ -74,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, default=Path("grades.csv"), help="CSV (default grades.csv)")
     p.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
+    p.add_argument(
+        "--scheduler",
+        metavar="tcp://HOST:PORT",
+        help="grade on the workers of this Dask scheduler instead of here (--jobs is then unused)",
+    )
     p.add_argument("--force", action="store_true", help="regrade students already graded")
     p.add_argument("--students", nargs="*", help="only these students")
     p.add_argument("--memory-gib", type=float, default=4.0, help="memory cap per job (default 4)")
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             args.submissions,
             out=args.out,
             jobs=args.jobs,
+            scheduler=args.scheduler,
             force=args.force,
             students=args.students,
             memory_gib=args.memory_gib,

@@ -1,7 +1,7 @@
 """Transformer Lab: the course's PyTorch package, one module per lesson.
 
 01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
-07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit
+07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit · 12 scaling
 plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
@@ -38,6 +38,17 @@ from .positional import (
     sinusoidal_positional_encoding,
 )
 from .rnn import RNN, max_path_length, sequential_steps
+from .scaling import (
+    GroupedQueryAttention,
+    LinformerSelfAttention,
+    PerformerSelfAttention,
+    bigbird_attention,
+    bigbird_mask,
+    kv_cache_bytes,
+    linformer_attention,
+    performer_attention,
+    sliding_window_mask,
+)
 from .vit import ViT, patchify, unpatchify
 
 __version__ = "0.1.0"
@@ -97,4 +108,13 @@ __all__ = [
     "sequential_steps",
     "sinusoidal_positional_encoding",
     "split_heads",
+    "GroupedQueryAttention",
+    "LinformerSelfAttention",
+    "PerformerSelfAttention",
+    "bigbird_attention",
+    "bigbird_mask",
+    "kv_cache_bytes",
+    "linformer_attention",
+    "performer_attention",
+    "sliding_window_mask",
 ]

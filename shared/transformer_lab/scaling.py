@@ -47,6 +47,7 @@ __all__ = [
     "performer_features",
     "peak_memory_bytes",
     "pooling_projection",
+    "random_features",
     "sliding_window_mask",
     "wall_time",
 ]
@@ -301,6 +302,28 @@ def performer_features(x: torch.Tensor, w: torch.Tensor, is_query: bool) -> torc
     return torch.exp(exponent - shift.detach()) / math.sqrt(w.shape[0])
 
 
+def random_features(
+    m: int, d: int, orthogonal: bool = True, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """(m, d) random directions for `performer_features`, each row ~ N(0, I) in distribution.
+
+    orthogonal=True (FAVOR+): rows come in blocks of d mutually orthogonal directions (QR of a
+    Gaussian matrix), each rescaled to the length of a Gaussian vector. Still unbiased, with a
+    smaller variance than independent rows: fewer features reach the same error.
+    """
+    if m < 1 or d < 1:
+        raise ValueError(f"need m >= 1 and d >= 1, got m={m}, d={d}")
+    if not orthogonal:
+        return torch.randn(m, d, generator=generator)
+    blocks = []
+    for _ in range(-(-m // d)):
+        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator))
+        q = q * torch.sign(torch.diagonal(r))  # fix QR's signs: a uniformly random rotation
+        blocks.append(q.T)  # d orthonormal rows
+    lengths = torch.randn(m, d, generator=generator).norm(dim=1, keepdim=True)
+    return torch.cat(blocks)[:m] * lengths
+
+
 def performer_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -315,7 +338,8 @@ def performer_attention(
 
     Args:
         q: (..., n_q, d_k); k: (..., n, d_k); v: (..., n, d_v)
-        n_features: m, used when `w` is not given (drawn from `generator`).
+        n_features: m, used when `w` is not given: orthogonal `random_features` drawn from
+            `generator`.
         w: optional (m, d_k) random directions (fixed features, e.g. a module's buffer).
     Returns:
         (..., n_q, d_v). No (n_q, n) matrix is formed; the error shrinks like 1 / sqrt(m).
@@ -326,7 +350,7 @@ def performer_attention(
     if w is None:
         if n_features < 1:
             raise ValueError(f"n_features must be >= 1, got {n_features}")
-        w = torch.randn(n_features, d, generator=generator).to(q.device, q.dtype)
+        w = random_features(n_features, d, generator=generator).to(q.device, q.dtype)
     elif w.dim() != 2 or w.shape[1] != d:
         raise ValueError(f"w must be (m, d_k={d}), got {tuple(w.shape)}")
     scale = d**-0.25
@@ -353,7 +377,7 @@ class PerformerSelfAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model, bias=bias)
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
-        self.register_buffer("features", torch.randn(n_features, d_model // n_heads))
+        self.register_buffer("features", random_features(n_features, d_model // n_heads))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         require_ndim("x", x, 3, "(B, n, d_model)")

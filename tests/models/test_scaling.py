@@ -241,6 +241,33 @@ def test_performer_error_decreases_with_the_number_of_features():
     assert _performer_errors(no_norm_term, features=(4096,))[0] > 5 * errors[-1]
 
 
+def _looks_gaussian(w: torch.Tensor) -> bool:
+    # rows ~ N(0, I): mean 0, covariance I (20,000 rows: the sampling error is about 0.01)
+    cov = w.T @ w / len(w)
+    return bool(w.mean(0).abs().max() < 0.05) and bool(
+        (cov - torch.eye(w.shape[1])).abs().max() < 0.06
+    )
+
+
+def test_random_features_are_gaussian_and_orthogonal_in_blocks():
+    g = torch.Generator().manual_seed(0)
+    w = scaling.random_features(20_000, 4, generator=g)
+    assert w.shape == (20_000, 4) and _looks_gaussian(w)
+    block = w[:4] / w[:4].norm(dim=1, keepdim=True)
+    torch.testing.assert_close(block @ block.T, torch.eye(4), atol=1e-5, rtol=0)
+    assert _looks_gaussian(scaling.random_features(20_000, 4, orthogonal=False, generator=g))
+
+    def qr_without_sign_fix(m, d, generator):  # mutant: QR's sign convention biases the rows
+        blocks = [
+            torch.linalg.qr(torch.randn(d, d, generator=generator))[0].T for _ in range(-(-m // d))
+        ]
+        return torch.cat(blocks)[:m] * torch.randn(m, d, generator=generator).norm(
+            dim=1, keepdim=True
+        )
+
+    assert not _looks_gaussian(qr_without_sign_fix(20_000, 4, g))
+
+
 def test_performer_features_are_positive_and_unbiased():
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(1, 4, generator=g) * 0.5, torch.randn(1, 4, generator=g) * 0.5

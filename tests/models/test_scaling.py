@@ -518,5 +518,7 @@ def test_wall_time_is_a_median_of_the_timed_calls():
     calls = []
     assert scaling.wall_time(lambda: calls.append(1), repeats=5, warmup=2) >= 0
     assert len(calls) == 7
+    ticks = iter([0, 1, 0, 10, 0, 2])  # a fake clock: the calls take 1, 10 and 2 seconds
+    assert scaling.wall_time(lambda: None, repeats=3, warmup=0, clock=lambda: next(ticks)) == 2
     with pytest.raises(ValueError, match="repeats"):
         scaling.wall_time(lambda: None, repeats=0)

@@ -1,7 +1,8 @@
 """Transformer Lab: the course's PyTorch package, one module per lesson.
 
 01 rnn · 02 attention · 03 multihead · 04 positional · 05 add_norm · 06 masking
-07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit · 12 efficient · 13 clip
+07 encoder_decoder · 08 gpt · 09 bert · 10 bart · 11 vit
+12 efficient (exact, tiled) · scaling (cheaper attention, KV-cache memory) · distributed (DDP) · 13 clip
 plus data (offline datasets), train (training loop), viz (plots) and check (the autograder's engine).
 """
 
@@ -40,6 +41,17 @@ from .positional import (
     sinusoidal_positional_encoding,
 )
 from .rnn import RNN, max_path_length, sequential_steps
+from .scaling import (
+    GroupedQueryAttention,
+    LinformerSelfAttention,
+    PerformerSelfAttention,
+    bigbird_attention,
+    bigbird_mask,
+    kv_cache_bytes,
+    linformer_attention,
+    performer_attention,
+    sliding_window_mask,
+)
 from .vit import ViT, patchify, unpatchify
 
 __version__ = "0.1.0"
@@ -106,4 +118,13 @@ __all__ = [
     "sequential_steps",
     "sinusoidal_positional_encoding",
     "split_heads",
+    "GroupedQueryAttention",
+    "LinformerSelfAttention",
+    "PerformerSelfAttention",
+    "bigbird_attention",
+    "bigbird_mask",
+    "kv_cache_bytes",
+    "linformer_attention",
+    "performer_attention",
+    "sliding_window_mask",
 ]

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 
 from transformer_lab.attention import scaled_dot_product_attention  # noqa: E402
+from transformer_lab.efficient import tiled_attention  # noqa: E402
 from transformer_lab.scaling import (  # noqa: E402
     bigbird_attention,
     bigbird_mask,
@@ -52,27 +53,6 @@ from transformer_lab.scaling import (  # noqa: E402
     performer_attention,
     wall_time,
 )
-
-try:
-    from transformer_lab.efficient import tiled_attention  # noqa: E402
-except ImportError:  # the l12-ex branch adds it; until the merge, the same algorithm here
-
-    def tiled_attention(q, k, v, mask=None, block_size=64):
-        # replaced by transformer_lab.efficient.tiled_attention at merge (no mask support here)
-        scale = q.shape[-1] ** -0.5
-        m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype)  # running max
-        s = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)  # running sum
-        acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-        for j in range(0, k.shape[-2], block_size):
-            scores = (q @ k[..., j : j + block_size, :].transpose(-2, -1)) * scale
-            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
-            p = torch.exp(scores - m_new)
-            correction = torch.exp(m - m_new)
-            s = s * correction + p.sum(-1, keepdim=True)
-            acc = acc * correction + p @ v[..., j : j + block_size, :]
-            m = m_new
-        return acc / s
-
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 NAMES = ["exact", "tiled", "fused", "sparse mask", "sparse block", "linformer", "performer"]

@@ -29,6 +29,7 @@ LESSONS = [
     "09_bert",
     "10_bart",
     "11_vit",
+    "12_attention_at_scale",
     "13_clip",
 ]
 

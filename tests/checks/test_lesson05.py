@@ -362,3 +362,30 @@ def test_student_block_runs_on_each_device_and_dtype(device):
         x = torch.randn(2, 5, 8, device=device, dtype=dtype)
         out = block(x, mask=torch.ones(5, 5, dtype=torch.bool, device=device).tril())
         assert out.shape == x.shape and out.dtype == dtype and out.device.type == device
+
+
+# ---------------------------------------------------------------------------------------------
+# Every rule the exercise text states has a visible case: x is (..., d_model), so an
+# implementation that only works on (B, L, d_model) fails the visible check already.
+
+
+class _LayerNormThreeAxesOnly(GoodLayerNorm):
+    def forward(self, x):
+        mu = x.mean(2, keepdim=True)  # axis 2 is the last one only for (B, L, d_model)
+        var = ((x - mu) ** 2).mean(2, keepdim=True)
+        return self.weight * (x - mu) / torch.sqrt(var + self.eps) + self.bias
+
+
+class _FeedForwardThreeAxesOnly(GoodFeedForward):
+    def forward(self, x):
+        B, L, d = x.shape  # only (B, L, d_model)
+        return super().forward(x.reshape(B * L, d)).reshape(B, L, -1)
+
+
+def test_visible_checks_include_an_input_without_a_sequence_axis():
+    assert check.LayerNorm(GoodLayerNorm) is None
+    assert check.FeedForward(GoodFeedForward) is None
+    with pytest.raises(check.CheckFailed, match=r"\(B, d_model\), no sequence axis"):
+        check.LayerNorm(_LayerNormThreeAxesOnly)
+    with pytest.raises(check.CheckFailed, match=r"\(B, d_model\), no sequence axis"):
+        check.FeedForward(_FeedForwardThreeAxesOnly)

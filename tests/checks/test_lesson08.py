@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import lesson08_sampling
+from transformer_lab.check import lesson08, lesson08_sampling
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written differently from the reference.
@@ -122,7 +122,7 @@ CATALOGUE = [
     for name in ("shift_targets", "lm_loss", "next_token_probs", "sample_next", "KVCache")
     for m in check.EXERCISES[name].mistakes
 ]
-VISIBLE_MISSES = {("lm_loss", "log-of-softmax")}  # only differs for large logits: thorough only
+VISIBLE_MISSES: set[tuple[str, str]] = set()  # every catalogued mistake shows in the visible check
 
 
 @pytest.mark.parametrize("name,key", CATALOGUE, ids=[f"{n}-{k}" for n, k in CATALOGUE])
@@ -134,11 +134,12 @@ def test_catalogued_mistake_is_named(name, key):
     assert f"Likely mistake: {mistake.sentence}" in str(info.value)
 
 
-def test_log_of_softmax_passes_visible_but_fails_thorough():
-    mutant = check.EXERCISES["lm_loss"].mistake("log-of-softmax").impl
-    assert check.lm_loss(mutant) is None
-    with pytest.raises(check.CheckFailed, match="log_softmax"):
-        check.lm_loss(mutant, thorough=True)
+def test_log_of_softmax_fails_the_visible_check():
+    # The task states that log(softmax) underflows for large logits: a visible case has them.
+    mistake = check.EXERCISES["lm_loss"].mistake("log-of-softmax")
+    with pytest.raises(check.CheckFailed, match="logits of size ~1000") as info:
+        check.lm_loss(mistake.impl)
+    assert info.value.mistake == mistake.sentence
 
 
 # ---------------------------------------------------------------------------------------------
@@ -501,3 +502,61 @@ def test_next_token_probs_reference_matches_hugging_face_warpers():
         if k is not None:
             scores = warpers.TopKLogitsWarper(k)(None, scores)
         torch.testing.assert_close(next_token_probs(z, T, k), torch.softmax(scores, -1))
+
+
+def _probs_top_k_unguarded(logits, temperature=1.0, top_k=None):
+    """Breaks only the rule 'k >= V keeps everything': torch.topk raises for k > V."""
+    if temperature == 0 or top_k == 1:
+        return good_probs(logits, temperature, top_k)
+    z = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(z, top_k, dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return torch.softmax(z, dim=-1)
+
+
+def test_top_k_above_the_vocabulary_is_a_visible_case():
+    assert _probs_top_k_unguarded(torch.randn(2, 6), 0.9, 3).shape == (2, 6)  # fine for k < V
+    with pytest.raises(check.CheckFailed, match="top_k=12"):
+        check.next_token_probs(_probs_top_k_unguarded)
+
+
+# ---------------------------------------------------------------------------------------------
+# The practice question: one letter, each wrong one named with the numbers that refute it.
+
+
+@pytest.mark.parametrize("answer", ["C", "c", " (C) "])
+def test_practice_transformers_right_answers_pass(answer, capsys):
+    assert check.practice_transformers(answer) is None
+    assert check.practice_transformers(answer, thorough=True) is None
+    assert "C is right" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "answer,key",
+    [("A", "attention-dearer-than-ffn"), ("b", "heads-cost-more"), ("(D)", "scales-easily")],
+)
+def test_practice_transformers_wrong_letters_are_explained(answer, key):
+    with pytest.raises(check.CheckFailed) as info:
+        check.practice_transformers(answer)
+    assert key in {m.key for m in lesson08._practice_mistakes().values()}
+    assert info.value.mistake == next(
+        m.sentence for m in lesson08._practice_mistakes().values() if m.key == key
+    )
+
+
+def test_practice_transformers_numbers_are_the_cost_formulas():
+    one, eight = lesson08._multiply_adds(512, 128, 1), lesson08._multiply_adds(512, 128, 8)
+    assert one == eight == {"attention": 4 * 512**2 + 2 * 128 * 512, "ffn": 8 * 512**2}
+    assert one["attention"] < one["ffn"]  # (A) is false at L = 128 ...
+    long = lesson08._multiply_adds(512, 2048)
+    assert long["attention"] > long["ffn"]  # ... and true once L > 2 d_model
+
+
+@pytest.mark.parametrize(
+    "answer,message",
+    [(..., "replace the"), (None, "replace the"), (3, "a letter in quotes"), ("E", "one of A")],
+)
+def test_practice_transformers_bad_answers_get_clear_messages(answer, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.practice_transformers(answer)

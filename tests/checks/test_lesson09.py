@@ -749,3 +749,61 @@ def test_notebook_skips_the_real_weights_section_when_the_package_is_absent(tmp_
     assert "not installed" in outputs
     assert "nothing to search with" in outputs
     assert "thorough checks passed" in outputs
+
+
+# =============================================================================================
+# Every rule the exercise text states has a visible case: a mutant that breaks only that rule
+# fails the visible check.
+
+
+def mask_labels_always_long(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Breaks only 'labels have the dtype of tokens' (fine for int64 tokens)."""
+    inputs, labels = mask_solution(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs, labels.long()
+
+
+def wp_unk_hard_coded(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return wp_solution(word, vocab, "[UNK]", max_chars_per_word)
+
+
+def wp_limit_hard_coded(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return wp_solution(word, vocab, unk_token, 100)
+
+
+def pool_one_minus_mask(hidden, attention_mask, normalize=True):
+    """Breaks only 'the mask may be bool': 1 - mask raises for a bool tensor."""
+    padding = (1 - attention_mask).unsqueeze(-1).to(hidden.dtype)
+    mean = (hidden * (1 - padding)).sum(dim=1) / (1 - padding).sum(dim=1)
+    return mean / mean.norm(dim=-1, keepdim=True) if normalize else mean
+
+
+def pool_slice_by_length(hidden, attention_mask, normalize=True):
+    """Breaks only 'the mask may be float': slicing with a float length raises."""
+    lengths = attention_mask.sum(dim=1)
+    mean = torch.stack([hidden[b, : lengths[b]].mean(0) for b in range(hidden.shape[0])])
+    return mean / mean.norm(dim=-1, keepdim=True) if normalize else mean
+
+
+def test_visible_rules_each_have_a_case():
+    int64 = torch.randint(4, 50, (4, 8))
+    assert mask_labels_always_long(int64, 3, 50, generator=torch.Generator().manual_seed(0))[
+        1
+    ].dtype == (torch.long)
+    with pytest.raises(check.CheckFailed, match="int32"):
+        check.bert_mask_tokens(mask_labels_always_long)
+    assert wp_unk_hard_coded("ab", L.TOY_VOCAB) == wp_solution("ab", L.TOY_VOCAB)
+    with pytest.raises(check.CheckFailed, match="unk_token"):
+        check.wordpiece_tokenize(wp_unk_hard_coded)
+    with pytest.raises(check.CheckFailed, match="max_chars_per_word"):
+        check.wordpiece_tokenize(wp_limit_hard_coded)
+    long_mask = torch.tensor([[1, 1, 0]])
+    assert torch.allclose(
+        pool_one_minus_mask(torch.ones(1, 3, 2), long_mask), torch.full((1, 2), 0.5**0.5)
+    )
+    with pytest.raises(check.CheckFailed, match="bool"):
+        check.mean_pool(pool_one_minus_mask)
+    assert torch.allclose(
+        pool_slice_by_length(torch.ones(1, 3, 2), long_mask), torch.full((1, 2), 0.5**0.5)
+    )
+    with pytest.raises(check.CheckFailed, match="float"):
+        check.mean_pool(pool_slice_by_length)

@@ -454,3 +454,13 @@ def test_edge_masking_bound():
     assert q > 0.15
     docs = [d for L, _, _, d in lesson10._INFILL_STATS if L == 30][0]
     assert 2 * (1 - q) ** docs < 1e-9
+
+
+def test_empty_document_is_a_visible_case():
+    # "An empty document comes back empty": drawing k from randint(0, 0) raises.
+    def unguarded(tokens, generator=None):
+        k = int(torch.randint(len(tokens), (1,), generator=generator))
+        return torch.roll(tokens, -k)
+
+    assert unguarded(torch.arange(5), torch.Generator().manual_seed(0)).shape == (5,)
+    _fails("document_rotation", unguarded, r"tokens=\[\]", thorough=False)

@@ -68,7 +68,7 @@ from .lesson04 import LearnedPositionalEmbedding, rotary_embedding, sinusoidal_p
 from .lesson05 import EncoderBlock, FeedForward, LayerNorm
 from .lesson06 import alpha_22, causal_mask, padding_mask
 from .lesson07 import DecoderBlock, greedy_decode
-from .lesson08 import lm_loss, next_token_probs, shift_targets
+from .lesson08 import lm_loss, next_token_probs, practice_transformers, shift_targets
 from .lesson08_kvcache import KVCache
 from .lesson08_sampling import sample_next
 from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
@@ -125,6 +125,7 @@ __all__ = [
     "KVCache",
     "lm_loss",
     "next_token_probs",
+    "practice_transformers",
     "sample_next",
     "shift_targets",
     # lesson 09

@@ -74,12 +74,16 @@ def _layer_norm_cases(thorough: bool) -> list[Case]:
         text = f"LayerNorm({shape[-1]}" + ("" if eps is None else f", eps={eps:g}") + ")"
         return Case(f"{text} on x {tuple(shape)}" + (f", {label}" if label else ""), make, init)
 
-    cases = [case((2, 3, 8)), case((3, 4, 6), eps=0.1, scale=0.5, label="eps = 0.1")]
+    # x is (..., d_model): the visible cases include one without a sequence axis.
+    cases = [
+        case((2, 3, 8)),
+        case((3, 4, 6), eps=0.1, scale=0.5, label="eps = 0.1"),
+        case((5, 4), label="(B, d_model), no sequence axis"),
+    ]
     if thorough:
         cases += [
             case((4, 5, 16), eps=1e-3, scale=0.05, label="small inputs, eps = 1e-3"),
             case((2, 7, 32), shift=100.0, label="large values with an offset (mean 100, std 1)"),
-            case((5, 4), label="(B, d_model), no sequence axis"),
             case((2, 2, 3, 5), label="two leading axes"),
             case((1, 1, 4), label="one position"),
             case((3, 2, 512), label="d_model = 512"),
@@ -190,13 +194,17 @@ def _ffn_cases(thorough: bool) -> list[Case]:
         return Case(text + (f", {label}" if label else ""), make, init)
 
     # d_ff == d_model first: there a w_1/w_2 mix-up still runs, so the check can name it.
-    cases = [case((2, 3, 8), 8), case((2, 5, 6), 24)]
+    # x is (..., d_model): the visible cases include one without a sequence axis.
+    cases = [
+        case((2, 3, 8), 8),
+        case((2, 5, 6), 24),
+        case((5, 12), 48, "(B, d_model), no sequence axis"),
+    ]
     if thorough:
         cases += [
             case((4, 6, 16), 16),
             case((1, 1, 4), 16, "one position"),
             case((3, 7, 8), 32),
-            case((5, 12), 48, "(B, d_model), no sequence axis"),
             case((2, 2, 3, 5), 7, "two leading axes, odd sizes"),
         ]
     return cases

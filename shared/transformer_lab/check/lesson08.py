@@ -22,9 +22,9 @@ import torch.nn.functional as F
 
 from .. import gpt as _gpt
 from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
-from .engine import Case, Exercise, Mistake, devices
+from .engine import Case, Exercise, Mistake, devices, fail
 
-__all__ = ["lm_loss", "next_token_probs", "shift_targets"]
+__all__ = ["lm_loss", "next_token_probs", "practice_transformers", "shift_targets"]
 
 IGNORE = _gpt.IGNORE_INDEX  # -100
 
@@ -264,13 +264,17 @@ def _lm_cases(thorough: bool) -> list[Case]:
         ignore = f", about {p_ignore:.0%} of them -100" if p_ignore else ", none -100"
         return Case(f"lm_loss(logits {(B, L, V)}, targets {(B, L)}{ignore}){label_extra}", make)
 
-    cases = [case(3, 6, 7), case(2, 5, 4, p_ignore=0.0)]
+    # The task states that log(softmax) underflows for large logits: a visible case has them.
+    cases = [
+        case(3, 6, 7),
+        case(2, 5, 4, p_ignore=0.0),
+        case(2, 6, 9, scale=1000.0, label_extra=" with logits of size ~1000"),
+    ]
     if thorough:
         cases += [
             case(1, 1, 3, p_ignore=0.0),
             case(4, 8, 11, p_ignore=0.5),
             case(2, 4, 2),
-            case(2, 6, 9, scale=1000.0, label_extra=" with logits of size ~1000"),
             case(5, 3, 30, p_ignore=0.6),
         ]
     return cases
@@ -441,18 +445,20 @@ def _probs_cases(thorough: bool) -> list[Case]:
             what += f" of size ~{scale:g}"
         return Case(f"next_token_probs({what}{args})", make)
 
+    # Every rule the task states has a visible case: defaults, top-k, ties, greedy at T = 0, and
+    # k >= V keeping everything.
     cases = [
         case(3, 7, 1.0, None, defaults=True),
         case(4, 10, 0.7, 3),
         case(0, 0, 1.5, 2, tied=True),
         case(5, 6, 0.0, None),
+        case(2, 5, 0.9, 12),
     ]
     if thorough:
         cases += [
             case(2, 9, 2.5, None),
             case(3, 8, 0.8, 1),
             case(2, 6, 1.2, 6),
-            case(2, 5, 0.9, 12),
             case(4, 12, 0.5, 4, scale=100.0),
             case(1, 2, 3.0, None),
             case(3, 30, 1.0, 10),
@@ -518,3 +524,69 @@ next_token_probs = Exercise(
     driver=FunctionDriver(_probs_cases, outputs=("probs",)),
     doc="next_token_probs(logits (B, V), temperature=1.0, top_k=None) -> probabilities (B, V)",
 )
+
+
+# ==============================================================================================
+# Practice question (one letter): which statement about Transformers is correct?
+#   (A) multi-head attention costs more computation than the feed-forward layers;
+#   (B) multi-head attention costs more computation than single-head attention;
+#   (C) it is hard to apply a Transformer to sequences longer than its max_seq_length L;
+#   (D) Transformers scale easily to long sequences.
+# (C): a learned position table has n_positions rows and nothing for position n_positions. The
+# wrong letters are named like mistakes, each with the numbers that refute it.
+
+
+def _multiply_adds(d_model: int, L: int, n_heads: int = 1) -> dict[str, int]:
+    """Multiply-adds per token of one layer: attention (projections + scores + weighted sum,
+    h heads of d_model / h) and the FFN (d_ff = 4 d_model)."""
+    d_head = d_model // n_heads
+    return {
+        "attention": 4 * d_model * d_model + n_heads * 2 * L * d_head,
+        "ffn": 2 * d_model * 4 * d_model,
+    }
+
+
+def _practice_mistakes() -> dict[str, Mistake]:
+    d, L = 512, 128  # the base Transformer's width, a typical sentence length
+    one, eight = _multiply_adds(d, L, 1), _multiply_adds(d, L, 8)
+    return {
+        "A": Mistake(
+            "attention-dearer-than-ffn",
+            f"per token and layer, attention costs 4·d² + 2·L·d multiply-adds and the FFN 8·d²: "
+            f"for d_model = {d} and L = {L}, {one['attention']:,} against {one['ffn']:,}. "
+            f"Attention is the dearer one only once L > 2·d_model.",
+        ),
+        "B": Mistake(
+            "heads-cost-more",
+            f"h heads of size d_model / h do the same projections and h·2·L·(d_model/h) = 2·L·d_model "
+            f"score multiply-adds: {eight['attention']:,} per token for 8 heads, "
+            f"{one['attention']:,} for one head of the same d_model.",
+        ),
+        "D": Mistake(
+            "scales-easily",
+            "the score matrix is L × L: doubling the length quadruples its time and memory "
+            "(O(L²·d_model) per layer).",
+        ),
+    }
+
+
+def practice_transformers(value, thorough: bool = False) -> None:
+    """Check the practice answer: the letter of the correct statement (A, B, C or D)."""
+    if value is ... or value is None:
+        fail("practice_transformers", 'replace the ... with your answer, a letter such as "A"')
+    if not isinstance(value, str):
+        fail(
+            "practice_transformers",
+            f'the answer should be a letter in quotes, such as "A", got {type(value).__name__}',
+        )
+    letter = value.strip().strip("()").strip().upper()
+    if letter not in ("A", "B", "C", "D"):
+        fail("practice_transformers", f"the answer should be one of A, B, C, D, got {value!r}")
+    if letter == "C":
+        print("✓ practice_transformers: C is right")
+        return None
+    fail(
+        "practice_transformers",
+        f"({letter}) is not the correct statement",
+        mistake=_practice_mistakes()[letter],
+    )

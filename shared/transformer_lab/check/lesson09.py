@@ -135,7 +135,7 @@ def _mask_p_ignored(tokens, mask_id, vocab_size, p=0.15, generator=None, special
 # p (None: use the default 0.15), token dtype, whether a generator is passed.
 _VISIBLE_MASK_SPECS = [
     dict(shape=(256, 320), V=1000, mask_id=3, specials=(0, 1, 2, 3), p=None),
-    dict(shape=(64, 512), V=50, mask_id=49, specials=None, p=0.3),
+    dict(shape=(64, 512), V=50, mask_id=49, specials=None, p=0.3, dtype=torch.int32),
 ]
 _THOROUGH_MASK_SPECS = [
     dict(shape=(40, 1000), V=30522, mask_id=103, specials=(0, 100, 101, 102, 103), p=0.15),
@@ -589,9 +589,10 @@ def _random_vocab_case(seed: int):
 def _wordpiece_cases(thorough: bool) -> list[tuple[str, frozenset, dict]]:
     cases = [(w, TOY_VOCAB, {}) for w in _TOY_WORDS]
     cases.append(("ab" * 60, TOY_VOCAB, {}))  # 120 characters: [UNK] (limit 100)
+    # the arguments the task names are used, not hard-coded
+    cases += [("qab", TOY_VOCAB, {"unk_token": "<unk>"})]
+    cases += [("ab" * 5, TOY_VOCAB, {"max_chars_per_word": 6})]
     if thorough:
-        cases += [("qab", TOY_VOCAB, {"unk_token": "<unk>"})]
-        cases += [("ab" * 5, TOY_VOCAB, {"max_chars_per_word": 6})]
         cases += [("abcab", TOY_VOCAB, {"max_chars_per_word": 5})]
         for seed in (7000, 7001, 7002):
             vocab, words = _random_vocab_case(seed)
@@ -754,15 +755,17 @@ def _pool_cases(thorough: bool) -> list[Case]:
         )
         return Case(label, make)
 
+    # attention_mask may be long, bool or float (the task says so): each has a visible case.
     cases = [
         case(3, 6, 8, lengths=[6, 3, 1]),
         case(3, 6, 8, lengths=[2, 6, 4], normalize=False),
+        case(4, 9, 16, kind="bool"),
+        case(3, 5, 8, lengths=[5, 1, 3], kind="float"),
     ]
     if thorough:
         cases += [
             case(1, 1, 4),
             case(1, 1, 4, normalize=False),
-            case(4, 9, 16, kind="bool"),
             case(5, 7, 12, scattered=True),
             case(5, 7, 12, scattered=True, normalize=False),
             case(2, 5, 384, lengths=[5, 2], scale=30.0),

@@ -221,19 +221,25 @@ def breakdown(lesson: str) -> None:
             grade.grade, course, lesson, subs, out=tmp / "g.csv", quiet=True
         )
         record = records[0]
-        job = record.get("timings", {})
+        job, job_cpu = record.get("timings", {}), record.get("cpu_timings", {})
         rows.append(("**grading the notebook, caches warm (whole `grade` call)**", wall, cpu))
-        rows.append(("  job, as the grader saw it (sandbox to record)", record["seconds"], None))
+        rows.append(
+            (
+                "  job, as the grader saw it (repair, copies, sandbox, record)",
+                record["seconds"],
+                None,
+            )
+        )
         for key, label in (
-            ("imports", "  in the job: trusted imports (nbgrader, torch, checks)"),
+            ("imports", "  in the job: interpreter + trusted imports (torch, checks, nbgrader)"),
             ("autograde", "  in the job: nbgrader autograde (fork: kernel start, cells, tests)"),
             ("results", "  in the job: scores from the gradebook, outputs"),
             ("recheck", "  in the job: clean re-check (forked child runs the cells, judge)"),
         ):
             if key in job:
-                rows.append((label, job[key], None))
+                rows.append((label, job[key], job_cpu.get(key)))
         rest = wall - record["seconds"]
-        rows.append(("  outside the job: repair, copies, record, CSV, gradebook merge", rest, None))
+        rows.append(("  outside the job: records, CSV, gradebook merge", rest, None))
     print("| part | wall (s) | CPU (s) |")
     print("|---|---|---|")
     for label, wall, cpu in rows:

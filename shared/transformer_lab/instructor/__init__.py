@@ -1,0 +1,13 @@
+"""The instructor's side: release, collect, grade (sandbox, nbgrader, clean re-check), report.
+
+Importing nbformat imports jsonschema, whose optional checks of the "iri" and "uri" string
+formats import `rfc3987_syntax` and `rfc3986_validator`, which build parsers at import: about
+2 CPU s in every process that reads a notebook (the grader, each grading job). Notebook schemas
+never use those formats, so they are left out here (jsonschema skips a format whose module is
+missing); nothing else changes.
+"""
+
+import sys
+
+for _name in ("rfc3987_syntax", "rfc3986_validator"):
+    sys.modules.setdefault(_name, None)  # type: ignore[assignment]

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import nbgrader_app, sandbox
+from . import cell_limits, nbgrader_app, sandbox
 from .course import PACKAGE_REPO
 from .notebook_format import graded_cells, is_test_cell, released_notebooks, repair
 from .records import (
@@ -241,6 +241,7 @@ class Grader:
         self.cells = graded_cells(self.released)
         self.lock = threading.Lock()
         self._base: Path | None = None
+        self._limits: cell_limits.CellLimits | None = None
         self._count = 0
         self.run_dir: Path | None = None
 
@@ -284,6 +285,7 @@ class Grader:
         if todo:
             self.run_dir = Path(tempfile.mkdtemp(prefix="transformer-lab-grade-"))
             try:
+                self.say(f"time limits: {cell_limits.describe(self.time_limits())}")
                 with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
                     futures = [pool.submit(self._one, *job) for job in todo]
                     for future in concurrent.futures.as_completed(futures):
@@ -301,15 +303,58 @@ class Grader:
         return records
 
     def base_gradebook(self) -> Path:
+        """A gradebook with the assignment registered and nothing else: prepared once per
+        source (cached under autograder/work/base_gradebooks/, keyed by the digest of the
+        source notebooks and the autograder configuration), copied into every job."""
         with self.lock:
             if self._base is None:
-                self._base = nbgrader_app.prepare_gradebook(
-                    self.course,
-                    self.assignment,
-                    self.run_dir / "base",
-                    _env(self.run_dir / "base", self.run_dir / "base-home"),
-                )
+                digest = hashlib.sha256()
+                for path in sorted(
+                    [
+                        *(self.course / "solutions" / self.assignment).glob("*.ipynb"),
+                        *(self.course / "autograder").glob("*.py"),
+                    ]
+                ):
+                    digest.update(path.name.encode() + b"\0" + path.read_bytes())
+                cache = self.course / "autograder" / "work" / "base_gradebooks"
+                cached = cache / f"{self.assignment}-{digest.hexdigest()[:20]}.db"
+                if not cached.is_file():
+                    made = nbgrader_app.prepare_gradebook(
+                        self.course,
+                        self.assignment,
+                        self.run_dir / "base",
+                        _env(self.run_dir / "base", self.run_dir / "base-home"),
+                    )
+                    cache.mkdir(parents=True, exist_ok=True)
+                    for old in cache.glob(f"{self.assignment}-*.db"):
+                        old.unlink(missing_ok=True)
+                    shutil.copy(made, cached.with_suffix(".tmp"))
+                    cached.with_suffix(".tmp").replace(cached)
+                self._base = cached
             return self._base
+
+    def time_limits(self) -> cell_limits.CellLimits:
+        """Each cell's time limit for this run (`cell_limits`): the instructor's fixed
+        `cell_timeout`, else derived from the reference solution's times (measured once, cached)."""
+        with self.lock:
+            if self._limits is None:
+                self._limits = self._derive_limits()
+            return self._limits
+
+    def _derive_limits(self) -> cell_limits.CellLimits:
+        if self.limits.cell_timeout:
+            return cell_limits.fixed(self.limits.cell_timeout)
+        settings = cell_limits.course_settings(self.course)
+        floor = self.limits.cell_floor or settings.get("floor", cell_limits.FLOOR)
+        factor = self.limits.cell_factor or settings.get("factor", cell_limits.FACTOR)
+        home = self.run_dir / "reference-home"
+        env = _env(self.course, home)
+        try:
+            times = cell_limits.reference_times(self.course, self.assignment, env, say=self.say)
+        except RuntimeError as error:
+            self.say(f"warning: {error}; every cell gets {cell_limits.FALLBACK:g} s")
+            return cell_limits.fixed(cell_limits.FALLBACK)
+        return cell_limits.derive(times, floor, factor)
 
     def _one(self, student: str, folder: Path, sha: str) -> dict:
         start = time.monotonic()
@@ -381,6 +426,7 @@ class Grader:
             "cells": self.cells,
             "notebooks": sorted(self.released),
             "cell_timeout": self.limits.cell_timeout,
+            "cell_limits": self.time_limits().to_json(),
             "wall_seconds": self.limits.wall_seconds,
             "memory_bytes": self.limits.memory_bytes,
             "verify": self.verify,

@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 
 from . import nbgrader_app, sandbox
+from .cell_limits import CellLimits, fixed
 from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
 
@@ -49,6 +50,7 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
     notebook (a cell stopped by the per-cell timeout, a cell out of memory)."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
     scores = nbgrader_app.cell_scores(course, assignment, student, cells)
+    limits = job_limits(spec)
     outputs, notes = {}, []
     for name in spec["notebooks"]:
         path = course / "autograder" / "work" / "autograded" / student / assignment / name
@@ -63,7 +65,9 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
             ]
             label = gid or f"{i + 1} (id {c.get('id', '?')})"
             if any(e in TIMEOUT_MARKS for e in errors):
-                notes.append(f"cell {label} hit the per-cell timeout")
+                limit = limits(c) if limits is not None else None
+                of = f" of {limit:g} s" if limit else ""
+                notes.append(f"cell {label} hit the per-cell timeout{of}")
             if any(m in output for m in MEMORY_MARKS):
                 notes.append(
                     f"cell {label} ran out of memory (cap {spec['memory_bytes'] / sandbox.GiB:g} GiB)"
@@ -106,6 +110,40 @@ def _kill_the_rest() -> None:
 # The job's steps.
 
 
+def job_limits(spec: dict) -> CellLimits | None:
+    """Each cell's time limit (`cell_limits`): the spec's derived ones, else its fixed one."""
+    limits = CellLimits.from_json(spec.get("cell_limits"))
+    if limits is None and spec.get("cell_timeout"):
+        limits = fixed(spec["cell_timeout"])
+    return limits
+
+
+def trusted_imports() -> None:
+    """Everything the job needs, imported before any student code runs in the sandbox: the
+    student's kernel can write files into the job's folder (our working directory), so nothing
+    may be imported from there later; the folder is also taken off the module search path. The
+    nbgrader fork and the re-check's children share these imports (no second interpreter)."""
+    here = {"", ".", os.getcwd()}
+    sys.path[:] = [p for p in sys.path if p not in here and not _inside(p, Path.cwd())]
+    import nbgrader.api  # noqa: F401
+    import nbgrader.apps.nbgraderapp  # noqa: F401
+    import torch
+    import traitlets.config  # noqa: F401
+
+    import transformer_lab.check  # noqa: F401
+
+    from . import verify, verify_child  # noqa: F401
+
+    torch.set_num_threads(1)
+
+
+def _inside(path: str, folder: Path) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(folder.resolve())
+    except (OSError, ValueError):
+        return False
+
+
 def autograde(course: Path, spec: dict, budget: float) -> tuple[int | str, str]:
     """nbgrader autograde of the job's student: (exit code or "timeout", the log's tail)."""
     log = course.parent / "autograde.log"
@@ -114,9 +152,10 @@ def autograde(course: Path, spec: dict, budget: float) -> tuple[int | str, str]:
             course,
             spec["assignment"],
             spec["student"],
-            spec.get("cell_timeout"),
+            None,
             out,
             timeout=max(budget * 0.7, 10),
+            cell_limits=job_limits(spec),
         )
         out.seek(0)
         text = out.read()[-100_000:]
@@ -145,6 +184,7 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
         (course.parent / "verify").mkdir(exist_ok=True)
         student, assignment = spec["student"], spec["assignment"]
         submitted = course / "autograder" / "work" / "submitted" / student / assignment
+        limits = job_limits(spec)
         with alarm(remaining):
             checked = verify(
                 assignment,
@@ -153,7 +193,9 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
                 course=course,
                 timeout=max(remaining - 10, 1.0),
                 memory=spec["memory_bytes"],
-                cell_timeout=spec.get("cell_timeout") or 240.0,
+                cell_timeout=limits.default if limits else 240.0,
+                cell_limits=limits,
+                fork=True,
             )
         verdicts = checked.get("cells", {})
         flags += [str(f) for f in checked.get("flags", []) if str(f) not in flags]
@@ -213,6 +255,30 @@ def ungradable_record(spec: dict, reason: str, flags: list[str]) -> dict:
     }
 
 
+class _Clock:
+    """Wall and CPU seconds (this process and its finished children) of each phase; the first
+    phase's CPU counts from the interpreter's start (the job module's own imports)."""
+
+    def __init__(self):
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._last = (time.monotonic(), 0.0)
+
+    @staticmethod
+    def _cpu() -> float:
+        import resource
+
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    def lap(self, name: str) -> None:
+        now = (time.monotonic(), self._cpu())
+        self.wall[name] = round(now[0] - self._last[0], 3)
+        self.cpu[name] = round(now[1] - self._last[1], 3)
+        self._last = now
+
+
 def run_job(spec_path: str) -> None:
     """Runs inside the sandbox: autograde, verify, read the private gradebook, report on fd."""
     spec = json.loads(Path(spec_path).read_text())
@@ -220,8 +286,12 @@ def run_job(spec_path: str) -> None:
     os.set_inheritable(fd, False)  # nbgrader and the student's kernel never get the pipe
     course = Path(spec["course"])
     start = time.monotonic()
+    clock = _Clock()
+    trusted_imports()
+    clock.lap("imports")
     budget = spec["wall_seconds"] - 15  # the parent kills the job at wall_seconds
     code, log = autograde(course, spec, budget)
+    clock.lap("autograde")
     _kill_the_rest()  # a student's background process must not touch the gradebook we read
     flags: list[str] = []
     reason = None
@@ -235,13 +305,18 @@ def run_job(spec_path: str) -> None:
             scores, outputs, notes = read_results(course, spec)
         except Exception as error:  # nothing usable: say why, as precisely as the log allows
             reason = failure_reason(code, log, error)
+    clock.lap("results")
     if reason is None:
         remaining = budget - (time.monotonic() - start) - 5
         verdicts, withheld = recheck(course, spec, remaining, notes, flags)
+        clock.lap("recheck")
         record = graded_record(spec, scores, outputs, notes, flags, verdicts, withheld)
     else:
         record = ungradable_record(spec, reason, flags)
     _kill_the_rest()
+    # where the job's time went (informational: benchmarks/bench_grading.py --breakdown)
+    record["timings"] = clock.wall
+    record["cpu_timings"] = clock.cpu
     os.write(fd, json.dumps(record).encode())
     os.close(fd)
 

@@ -56,14 +56,18 @@ GRADING_ENV = {
 
 @dataclasses.dataclass
 class Limits:
-    """Per-job caps. `wall_seconds` is for the whole notebook; `cell_timeout` (None: the course's
-    nbgrader_config) for each cell."""
+    """Per-job caps. `wall_seconds` is for the whole notebook; `cell_timeout` for every cell (the
+    instructor's override; None: each cell's limit is max(cell_floor, cell_factor x the reference
+    solution's time for that cell), see `cell_limits`; None there: the course's
+    autograder/cell_limits.json, else 10 s and 20)."""
 
     memory_bytes: int = 4 * GiB  # RLIMIT_AS of every process of the job
     wall_seconds: float = 900.0
     cpu_seconds: int | None = None  # RLIMIT_CPU per process; default: 2 x wall_seconds
     file_bytes: int = 512 * MiB  # RLIMIT_FSIZE: no single file larger than this
     cell_timeout: float | None = None
+    cell_floor: float | None = None
+    cell_factor: float | None = None
 
 
 @dataclasses.dataclass
@@ -152,7 +156,8 @@ def run(
         }
         spec_path = keep / ".sandbox.json"
         spec_path.write_text(json.dumps(spec))
-        argv = [*_unshare_prefix(), sys.executable, "-m", __name__, str(spec_path)]
+        # this file as a script (standard library only): no package import before the job's
+        argv = [*_unshare_prefix(), sys.executable, "-I", "-S", __file__, str(spec_path)]
     else:
         warning = f"grading without a sandbox ({warning}): network and the course's files are visible to student code"
         argv = command

@@ -61,7 +61,7 @@ from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_so
 from .sandbox import GRADING_FLAG
 from .verify_flags import source_flags
 from .verify_remote import CheckFront, TestNames
-from .verify_session import MAX_RESTARTS, PER_TEST, Session
+from .verify_session import MAX_RESTARTS, PER_TEST, Session, Spawner
 from .verify_wire import MAX_TEXT, VerifyError
 
 DEFAULT_MEMORY = 6 * 2**30  # address-space limit of the child (bytes)
@@ -175,6 +175,8 @@ def verify(
     kernel_passed: dict | None = None,
     memory: int | None = DEFAULT_MEMORY,
     cell_timeout: float | None = 120.0,
+    cell_limits=None,
+    fork: bool = False,
 ) -> dict:
     """Re-check every graded cell of `notebook` where its code cannot touch the judge.
 
@@ -182,7 +184,11 @@ def verify(
     workdir: a private folder for the child (its working directory); course: the course root
     (exercises/, and solutions/ for the hidden tests); timeout: for the whole re-check, seconds;
     kernel_passed: optionally nbgrader's {grade_id: passed}, to flag cells that passed there but
-    not here; memory: the child's address-space limit in bytes (None: none).
+    not here; memory: the child's address-space limit in bytes (None: none); cell_timeout: each
+    cell's and each test's time limit, or `cell_limits` (a `cell_limits.CellLimits`: a limit per
+    grade id or cell id, `cell_timeout` for the others); fork: make the children by forking this
+    process (which must have imported torch and the checks and run no thread: the grading job)
+    instead of starting `python -I` (which imports them again in every child).
 
     Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str]}.
     """
@@ -200,9 +206,10 @@ def verify(
     importlib.import_module("transformer_lab.check")
     if memory and torch.cuda.is_available():
         memory = None  # CUDA reserves far more address space than it uses: RLIMIT_AS breaks it
+    limit_of = _limit_lookup(nb, cell_limits, cell_timeout)
     deadline = time.monotonic() + timeout
     with _grading_mode():  # never save into a student package from here
-        cells, sessions = _run_tests(tests, code, workdir, deadline, memory, cell_timeout)
+        cells, sessions = _run_tests(tests, code, workdir, deadline, memory, limit_of, fork)
     for each in sessions:
         flags += [f for f in each.flags if f not in flags]
     result = {"cells": cells, "flags": flags}
@@ -225,32 +232,56 @@ def _grading_mode():
             os.environ[GRADING_FLAG] = old
 
 
-def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, cell_timeout):
+def _limit_lookup(nb: dict, cell_limits, cell_timeout):
+    """limit_of(grade_id=None, index=None) -> seconds (None: no limit) for a test cell (by grade
+    id) or a code cell of the submission (by index: its grade id, else its cell id)."""
+
+    def limit_of(grade_id=None, index=None):
+        if cell_limits is None:
+            return cell_timeout
+        if index is not None:
+            cell = nb["cells"][index]
+            grade_id = nbgrader_meta(cell).get("grade_id")
+            return cell_limits.for_ids(grade_id, cell.get("id"))
+        return cell_limits.for_ids(grade_id, grade_id)
+
+    return limit_of
+
+
+def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, limit_of, fork):
     """Every test cell against one child running the student's cells; a test that ran past its
     own time limit (an endless loop in one graded function) gets the next tests a fresh child,
-    so one loop costs one exercise, not all. Returns (verdicts, every session used)."""
+    so one loop costs one exercise, not all. Returns (verdicts, every session used).
+
+    With `fork`, every child this may need (1 + MAX_RESTARTS) is forked here, before any test
+    runs: no child ever holds what the judge computed for a test; the unused ones end unused."""
+    cells_spec = [[i, python_source(src), limit_of(index=i)] for i, src in code]
+    spawner = Spawner(workdir, memory, 1 + MAX_RESTARTS) if fork else None
 
     def start() -> Session:
-        return Session(
-            [[i, python_source(src)] for i, src in code], workdir, deadline, memory, cell_timeout
-        )
+        return Session(cells_spec, workdir, deadline, memory, None, spawn=spawner)
 
     cells: dict[str, dict] = {}
-    session, sessions, restarts = start(), [], 0
+    session, sessions, restarts = None, [], 0
     try:
+        session = start()
         for gid, src in tests.items():
-            if session.dead and session.dead.endswith(PER_TEST) and restarts < MAX_RESTARTS:
+            if session.dead and session.test_timed_out and restarts < MAX_RESTARTS:
                 sessions.append(session)
                 session, restarts = start(), restarts + 1
             if session.dead:
                 cells[gid] = {"passed": False, "message": session.dead}
                 continue
-            per_test = time.monotonic() + cell_timeout if cell_timeout else deadline
+            limit = limit_of(grade_id=gid)
+            per_test = time.monotonic() + limit if limit else deadline
             session.deadline = min(deadline, per_test)
-            session.timeout_reason = PER_TEST if per_test < deadline else ""
+            session.timeout_reason = PER_TEST.format(limit=limit) if per_test < deadline else ""
             cells[gid] = _run_test_cell(session, gid, src)
     finally:
-        session.close()
+        if session is not None:
+            session.close()
+        if spawner is not None:
+            spawner.close()
     return cells, [*sessions, session]
 
 

@@ -46,14 +46,17 @@ def run_cells(spec: dict) -> tuple[dict, dict]:
     ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": lambda: _IPython()}
     errors = {}
 
+    limit = [spec.get("cell_timeout")]
+
     def on_alarm(signum, frame):
-        raise TimeoutError(f"the cell ran longer than {spec.get('cell_timeout')} s")
+        raise TimeoutError(f"the cell ran longer than {limit[0]:g} s")
 
     signal.signal(signal.SIGALRM, on_alarm)
-    for index, src in spec["cells"]:
+    for index, src, *own in spec["cells"]:  # [index, source] or [index, source, limit]
+        limit[0] = own[0] if own and own[0] else spec.get("cell_timeout")
         try:
-            if spec.get("cell_timeout"):
-                signal.setitimer(signal.ITIMER_REAL, float(spec["cell_timeout"]))
+            if limit[0]:
+                signal.setitimer(signal.ITIMER_REAL, float(limit[0]))
             exec(compile(src, f"<cell {index + 1}>", "exec"), ns)  # noqa: S102
         except BaseException as err:  # noqa: BLE001
             try:

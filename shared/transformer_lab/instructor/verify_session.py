@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -45,14 +46,133 @@ def _child_env() -> dict:
     return env
 
 
-PER_TEST = " (this test ran past the per-cell time limit: an endless loop?)"
+PER_TEST = " (this test ran past the per-cell time limit of {limit:g} s: an endless loop?)"
 MAX_RESTARTS = 3  # fresh children after a test timed out, per notebook
+
+
+class Forked:
+    """A child made by `os.fork` with the part of `subprocess.Popen` that Session uses."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(f"child {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode
+
+
+GO = b"\x01"  # the first byte a forked child waits for before it runs the student's cells
+
+
+class Spawner:
+    """Children forked from this process (which imported torch and the checks once) instead of
+    a `python -I` each; all of them forked at once, before the judge runs any test, each then
+    waiting for GO. A child: its own session, stdin/stdout/stderr on /dev/null, every other
+    descriptor closed (the job's result pipe above all), the memory and core limits, the
+    re-check environment, the work folder as its working directory."""
+
+    def __init__(self, workdir: Path, memory: int | None, count: int):
+        self.ready: list[tuple[Forked, int, int]] = []
+        for _ in range(count):
+            to_child_r, to_child_w = os.pipe()
+            from_child_r, from_child_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                _forked_child(to_child_r, from_child_w, workdir, memory)  # never returns
+            os.close(to_child_r)
+            os.close(from_child_w)
+            self.ready.append((Forked(pid), to_child_w, from_child_r))
+
+    def take(self, cells_file: Path) -> tuple[Forked, int, int]:
+        if not self.ready:
+            raise ChildGone("no child left to start")
+        proc, to_child, from_child = self.ready.pop(0)
+        try:
+            os.write(to_child, GO)
+        except OSError:
+            pass  # the child is gone: the first read says so
+        return proc, to_child, from_child
+
+    def close(self) -> None:
+        """End the children never used."""
+        for proc, to_child, from_child in self.ready:
+            for fd in (to_child, from_child):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        self.ready = []
+
+
+def _forked_child(fd_in: int, fd_out: int, workdir: Path, memory: int | None) -> None:
+    """The forked child: become a clean re-check child, wait for GO, then `child_main`."""
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        keep = {0, 1, 2, fd_in, fd_out}
+        for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
+            if int(name) not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))
+        if not os.path.isdir("/proc/self/fd"):
+            os.closerange(3, min(fd_in, fd_out))
+            os.closerange(max(fd_in, fd_out) + 1, 1 << 16)
+            os.closerange(min(fd_in, fd_out) + 1, max(fd_in, fd_out))
+        import resource
+
+        if memory:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.chdir(workdir)
+        env = _child_env()
+        os.environ.clear()
+        os.environ.update(env)
+        if os.read(fd_in, 1) != GO:  # the judge closed the pipe: not needed
+            os._exit(0)
+        from .verify_child import child_main
+
+        child_main(fd_in, fd_out, str(Path(workdir) / "verify_cells.json"))
+        code = 0
+    except BaseException:  # noqa: BLE001 - the parent sees the exit code
+        code = 1
+    finally:
+        os._exit(code)
 
 
 class Session:
     """The child process and the stand-ins that forward calls to it."""
 
-    def __init__(self, cells, workdir: Path, deadline: float, memory: int | None, cell_timeout):
+    def __init__(
+        self,
+        cells,
+        workdir: Path,
+        deadline: float,
+        memory: int | None,
+        cell_timeout,
+        spawn: Spawner | None = None,
+    ):
         self.deadline = deadline
         self.timeout_reason = ""  # PER_TEST while a test cell runs under its own time limit
         self.flags: list[str] = []
@@ -67,6 +187,25 @@ class Session:
         workdir.mkdir(parents=True, exist_ok=True)
         cells_file = workdir / "verify_cells.json"
         cells_file.write_text(json.dumps({"cells": cells, "cell_timeout": cell_timeout}))
+        if spawn is not None:
+            self.proc, self._to_child, self._from_child = spawn.take(cells_file)
+        else:
+            self._popen(workdir, memory, cells_file)
+        try:
+            ready = self._receive()
+            errors = ready.get("cell_errors", {})
+            if not isinstance(errors, dict):
+                raise ChildGone("sent a malformed reply")
+            self.cell_errors = {int(k): str(v)[:MAX_TEXT] for k, v in errors.items()}
+        except ChildGone as err:
+            self.dead = f"running the notebook's cells failed: {err}"
+
+    @property
+    def test_timed_out(self) -> bool:
+        """The child was given up because a test ran past its own time limit."""
+        return bool(self.dead and "ran past the per-cell time limit" in self.dead)
+
+    def _popen(self, workdir: Path, memory: int | None, cells_file: Path) -> None:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
 
@@ -102,14 +241,6 @@ class Session:
         )
         os.close(to_child_r)
         os.close(from_child_w)
-        try:
-            ready = self._receive()
-            errors = ready.get("cell_errors", {})
-            if not isinstance(errors, dict):
-                raise ChildGone("sent a malformed reply")
-            self.cell_errors = {int(k): str(v)[:MAX_TEXT] for k, v in errors.items()}
-        except ChildGone as err:
-            self.dead = f"running the notebook's cells failed: {err}"
 
     # -- transport ----------------------------------------------------------------------------
     def close(self) -> None:

@@ -1,0 +1,290 @@
+"""Time limits that fit the work (`instructor.cell_limits`) and what a hanging student costs.
+
+Unit half: the rule max(floor, factor x reference time), the instructor's override, the course's
+settings, the cache of reference times (with mutants of the rule that must fail). Class half: a
+lesson-02 class graded with the DERIVED limits (no --cell-timeout): a student whose scratch cell
+hangs or loops keeps every point, one whose graded function loops keeps the other exercise's, each
+graded within a generous bound, and the reason (record and CSV) names the cell and its limit; a
+submission that plants modules in the job's folder cannot run code in the grading job.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from transformer_lab.instructor import cell_limits, grade, nbgrader_app, sandbox
+from transformer_lab.instructor.cell_limits import CellLimits
+
+REPO = Path(__file__).resolve().parents[2]
+LESSON = "02_qkv_attention"
+NAME = f"{LESSON}.ipynb"
+FULL = 8.0
+DEMOS = ("lookup", "variance", "saturate", "widget", "heatmap", "layer-demo", "progress")
+FORWARD = "        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# The rule, with mutants.
+
+
+def _follows_the_rule(derive) -> bool:
+    """A limit per reference cell = max(floor, factor x its time); the floor for a cell the
+    reference does not have; grade id first, then cell id."""
+    limits = derive({"fast": 0.01, "slow": 2.0, "sdpa-test": 1.0}, 10.0, 20.0)
+    return (
+        limits.for_ids("fast", None) == 10.0
+        and limits.for_ids(None, "slow") == 40.0
+        and limits.for_ids("sdpa-test", "fast") == 20.0
+        and limits.for_ids(None, "student-3") == 10.0
+        and derive({"slow": 2.0}, 5.0, 3.0).for_ids(None, "slow") == 6.0
+    )
+
+
+MUTANTS = {
+    "ignores the reference time": lambda t, floor, factor: CellLimits({}, floor),
+    "no floor": lambda t, floor, factor: CellLimits({k: factor * v for k, v in t.items()}, floor),
+    "factor ignored": lambda t, floor, factor: CellLimits(
+        {k: max(floor, 20.0 * v) for k, v in t.items()}, floor
+    ),
+    "unknown cells unlimited": lambda t, floor, factor: CellLimits(
+        {k: max(floor, factor * v) for k, v in t.items()}, 0.0
+    ),
+}
+
+
+def test_derived_limits_follow_the_rule():
+    assert _follows_the_rule(cell_limits.derive)
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_a_wrong_rule_is_caught(mutant):
+    assert not _follows_the_rule(MUTANTS[mutant])
+
+
+def test_limits_reject_nonsense():
+    with pytest.raises(ValueError, match="positive"):
+        cell_limits.derive({"a": 1.0}, 0.0, 20.0)
+    with pytest.raises(ValueError, match="positive"):
+        cell_limits.fixed(-1)
+
+
+def test_nbclient_timeout_func_reads_grade_id_then_cell_id():
+    limits = cell_limits.derive({"sdpa-test": 3.0, "setup": 1.0}, 10.0, 20.0)
+    test_cell = nbformat.v4.new_code_cell("pass")
+    test_cell["id"] = "renamed"
+    test_cell.metadata["nbgrader"] = {"grade_id": "sdpa-test", "grade": True}
+    setup = nbformat.v4.new_code_cell("pass")
+    setup["id"] = "setup"
+    scratch = nbformat.v4.new_code_cell("pass")
+    scratch["id"] = "student-7"
+    assert [limits(c) for c in (test_cell, setup, scratch)] == [60.0, 20.0, 10.0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Where the numbers come from: override, course settings, the cache of reference times.
+
+
+@pytest.fixture()
+def small_course(tmp_path) -> Path:
+    course = tmp_path / "course"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    first = nbformat.v4.new_code_cell("import time\ntime.sleep(0.6)")
+    first["id"] = "slow"
+    graded = nbformat.v4.new_code_cell("x = 1")
+    graded["id"] = "cell-x"
+    graded.metadata["nbgrader"] = {"grade_id": "x-test", "grade": True, "points": 1}
+    nb.cells = [first, graded]
+    (course / "solutions" / "L").mkdir(parents=True)
+    nbformat.write(nb, course / "solutions" / "L" / "L.ipynb")
+    (course / "autograder").mkdir()
+    return course
+
+
+def _grader(course: Path, tmp_path: Path, **limits) -> grade.Grader:
+    grader = grade.Grader.__new__(grade.Grader)  # no released notebook needed for the limits
+    grader.course, grader.assignment, grader.quiet = course, "L", True
+    grader.limits = sandbox.Limits(**limits)
+    grader.run_dir = tmp_path / "run"
+    return grader
+
+
+def test_reference_times_are_measured_once_and_remeasured_when_the_solution_changes(
+    small_course, tmp_path, monkeypatch
+):
+    calls = []
+
+    def fake(path, env, timeout=600.0):
+        calls.append(path.name)
+        return {"slow": 0.6 * len(calls), "x-test": 0.1}
+
+    monkeypatch.setattr(cell_limits, "time_cells", fake)
+    env = {}
+    first = cell_limits.reference_times(small_course, "L", env, say=lambda m: None)
+    again = cell_limits.reference_times(small_course, "L", env, say=lambda m: None)
+    assert first == again == {"slow": 0.6, "x-test": 0.1} and calls == ["L.ipynb"]
+    source = small_course / "solutions" / "L" / "L.ipynb"
+    source.write_text(source.read_text().replace("0.6", "0.7"))
+    changed = cell_limits.reference_times(small_course, "L", env, say=lambda m: None)
+    assert changed["slow"] == 1.2 and len(calls) == 2
+    cache = small_course / "autograder" / "work" / "cell_times" / "L.json"
+    assert json.loads(cache.read_text())["times"] == changed
+
+
+def test_override_floor_factor_and_course_settings(small_course, tmp_path, monkeypatch):
+    monkeypatch.setattr(cell_limits, "time_cells", lambda p, env, timeout=600.0: {"slow": 1.0})
+    fixed = _grader(small_course, tmp_path, cell_timeout=7)._derive_limits()
+    assert (fixed.for_ids(None, "slow"), fixed.for_ids(None, "other")) == (7.0, 7.0)
+    default = _grader(small_course, tmp_path)._derive_limits()
+    assert (default.for_ids(None, "slow"), default.default) == (20.0, 10.0)
+    own = _grader(small_course, tmp_path, cell_floor=3, cell_factor=2)._derive_limits()
+    assert (own.for_ids(None, "slow"), own.default) == (3.0, 3.0)
+    (small_course / "autograder" / "cell_limits.json").write_text('{"floor": 4, "factor": 50}')
+    configured = _grader(small_course, tmp_path)._derive_limits()
+    assert (configured.for_ids(None, "slow"), configured.default) == (50.0, 4.0)
+    (small_course / "autograder" / "cell_limits.json").write_text('{"flor": 4}')
+    with pytest.raises(SystemExit, match="unknown keys"):
+        _grader(small_course, tmp_path)._derive_limits()
+
+
+@pytest.mark.slow
+def test_time_cells_times_each_cell_by_grade_id_and_id(small_course, tmp_path):
+    env = grade._env(small_course, tmp_path / "home")
+    times = cell_limits.time_cells(small_course / "solutions" / "L" / "L.ipynb", env)
+    assert set(times) == {"slow", "cell-x", "x-test"}
+    assert 0.6 <= times["slow"] < 30 and times["x-test"] == times["cell-x"] < times["slow"]
+
+
+# ----------------------------------------------------------------------------------------------
+# A class graded with the derived limits.
+
+
+def _solution() -> nbformat.NotebookNode:
+    nb = nbformat.read(REPO / "solutions" / LESSON / NAME, as_version=4)
+    nb.cells = [c for c in nb.cells if c.get("id") not in DEMOS]
+    return nb
+
+
+def _insert_after(nb, cell_id: str, source: str):
+    index = next(i for i, c in enumerate(nb.cells) if c.get("id") == cell_id) + 1
+    new = nbformat.v4.new_code_cell(source)
+    new["id"] = f"student-{index}"
+    nb.cells.insert(index, new)
+    return nb
+
+
+def _planter() -> str:
+    """A cell that writes modules named like what a grading job imports after nbgrader ran
+    (sqlalchemy for the gradebook, torch for the re-check) into the job's working folder; each,
+    if ever imported there, hands back full marks through every descriptor."""
+    record = {
+        "student": "plants_modules",
+        "assignment": LESSON,
+        "status": "graded",
+        "reason": None,
+        "flags": [],
+        "cells": {
+            "sdpa-test": {"score": 5, "passed": True, "output": ""},
+            "self-attention-test": {"score": 3, "passed": True, "output": ""},
+        },
+    }
+    payload = (
+        "import json, os\n"
+        f"data = json.dumps({record!r}).encode()\n"
+        "for fd in range(3, 256):\n"
+        "    try:\n"
+        "        os.write(fd, data)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "os._exit(0)\n"
+    )
+    return (
+        "import os, pathlib\n"
+        "folder = pathlib.Path(os.environ['TRANSFORMER_LAB_COURSE_ROOT']) / 'autograder'\n"
+        f"payload = {payload!r}\n"
+        "for name in ('torch', 'sqlalchemy'):\n"
+        "    (folder / f'{name}.py').write_text(payload)\n"
+        "print('planted in', folder)\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def derived_run(tmp_path_factory):
+    course = nbgrader_app.course_copy(REPO, tmp_path_factory.mktemp("c") / "course", [LESSON])
+    graded_loop = _solution()
+    cell = next(c for c in graded_loop.cells if c.get("id") == "self-attention-solution")
+    assert FORWARD in cell.source
+    cell.source = cell.source.replace(FORWARD, "        while True:\n            pass\n" + FORWARD)
+    released = nbformat.read(REPO / "exercises" / LESSON / NAME, as_version=4)
+    cases = {
+        "hangs": _insert_after(_solution(), "setup", "import time\ntime.sleep(10**6)"),
+        "loops": _insert_after(_solution(), "setup", "while True:\n    pass"),
+        "loop_in_graded_function": graded_loop,
+        "plants_modules": _insert_after(released, "setup", _planter()),
+    }
+    submissions = tmp_path_factory.mktemp("subs")
+    for student, nb in cases.items():
+        (submissions / student / LESSON).mkdir(parents=True)
+        nbformat.write(nb, submissions / student / LESSON / NAME)
+    out = tmp_path_factory.mktemp("out") / "grades.csv"
+    start = time.monotonic()
+    records = grade.grade(course, LESSON, submissions, out=out, jobs=2, quiet=True)
+    with open(out, newline="") as f:
+        rows = {row["student"]: row for row in csv.DictReader(f)}
+    times = json.loads(
+        (course / "autograder" / "work" / "cell_times" / f"{LESSON}.json").read_text()
+    )
+    return {
+        "records": {r["student"]: r for r in records},
+        "csv": rows,
+        "limits": cell_limits.derive(times["times"]),
+        "wall": time.monotonic() - start,
+    }
+
+
+BOUND = 150.0  # seconds per student: generous (2 busy cores); the benchmark measures the cost
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("student", ["hangs", "loops"])
+def test_a_hanging_or_looping_scratch_cell_costs_seconds_and_no_points(derived_run, student):
+    record = derived_run["records"][student]
+    assert (record["status"], record["score"]) == ("graded", FULL), record
+    assert record["seconds"] < BOUND, record["seconds"]
+    limit = derived_run["limits"].default
+    assert limit == cell_limits.FLOOR
+    assert re.fullmatch(
+        rf"cell \d+ \(id student-\d+\) hit the per-cell timeout of {limit:g} s", record["reason"]
+    ), record["reason"]
+    assert derived_run["csv"][student]["reason"] == record["reason"]
+
+
+@pytest.mark.slow
+def test_a_loop_in_graded_code_costs_that_exercise_only_and_names_its_limit(derived_run):
+    record = derived_run["records"]["loop_in_graded_function"]
+    assert (record["status"], record["score"]) == ("graded", 5.0), record
+    assert record["cells"]["sdpa-test"]["passed"]
+    assert not record["cells"]["self-attention-test"]["passed"]
+    assert record["seconds"] < BOUND, record["seconds"]
+    limit = derived_run["limits"].for_ids("self-attention-test", "self-attention-test")
+    assert limit >= cell_limits.FLOOR
+    assert f"cell self-attention-test hit the per-cell timeout of {limit:g} s" in record["reason"]
+    assert not [f for f in record["flags"] if "withheld" in f or "tampering" in f], record["flags"]
+
+
+@pytest.mark.slow
+def test_modules_planted_in_the_job_folder_never_run_in_the_job(derived_run):
+    record = derived_run["records"]["plants_modules"]
+    assert (record["status"], record["score"]) == ("graded", 0.0), record
+    assert "NotImplementedError" in record["cells"]["sdpa-test"]["output"]

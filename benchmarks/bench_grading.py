@@ -106,7 +106,11 @@ def _same(record: dict) -> dict:
     """A record without its timings (when, how long, the checks' own "0.23 s")."""
     import re
 
-    same = {k: v for k, v in record.items() if k not in ("seconds", "graded_at")}
+    same = {
+        k: v
+        for k, v in record.items()
+        if k not in ("seconds", "graded_at", "timings", "cpu_timings")
+    }
     same["cells"] = {
         gid: {**c, "output": re.sub(r"\d+(\.\d+)? s\b", "<t> s", c["output"])}
         for gid, c in record["cells"].items()

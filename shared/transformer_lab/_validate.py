@@ -61,3 +61,29 @@ def require_bool_mask(mask: torch.Tensor, target: tuple[int, ...], target_name: 
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to {target_name} {target}"
         ) from None
+
+
+def require_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Attention inputs q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v): ranks, matching
+    d_k and L_k, broadcastable batch dimensions, one dtype."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_min_ndim(name, t, 2, "(..., L, d)")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q has d_k={q.shape[-1]} but k has d_k={k.shape[-1]}: queries and keys must have the "
+            f"same last dimension (q {tuple(q.shape)}, k {tuple(k.shape)})"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k has {k.shape[-2]} positions but v has {v.shape[-2]}: every key needs a value "
+            f"(k {tuple(k.shape)}, v {tuple(v.shape)})"
+        )
+    try:
+        broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} "
+            "do not broadcast"
+        ) from None
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")

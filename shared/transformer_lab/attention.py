@@ -19,31 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import broadcast_shapes, require_bool_mask, require_min_ndim
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        require_min_ndim(name, t, 2, "(..., L, d)")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q has d_k={q.shape[-1]} but k has d_k={k.shape[-1]}: queries and keys must have the "
-            f"same last dimension (q {tuple(q.shape)}, k {tuple(k.shape)})"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k has {k.shape[-2]} positions but v has {v.shape[-2]}: every key needs a value "
-            f"(k {tuple(k.shape)}, v {tuple(v.shape)})"
-        )
-    try:
-        broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} "
-            "do not broadcast"
-        ) from None
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+from ._validate import require_bool_mask, require_min_ndim, require_qkv
 
 
 def scaled_dot_product_attention(
@@ -64,7 +40,7 @@ def scaled_dot_product_attention(
     Returns:
         output (..., L_q, d_v) and the attention weights (..., L_q, L_k); each row of weights sums to 1.
     """
-    _check_qkv(q, k, v)
+    require_qkv(q, k, v)
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., L_q, L_k)
     if mask is not None:

@@ -29,32 +29,13 @@ import os
 
 import torch
 
-from ._validate import broadcast_shapes, require_bool_mask, require_min_ndim, require_tensor
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """The same rules as scaled_dot_product_attention's inputs, in the same words."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        require_min_ndim(name, t, 2, "(..., L, d)")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q has d_k={q.shape[-1]} but k has d_k={k.shape[-1]}: queries and keys must have the "
-            f"same last dimension (q {tuple(q.shape)}, k {tuple(k.shape)})"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k has {k.shape[-2]} positions but v has {v.shape[-2]}: every key needs a value "
-            f"(k {tuple(k.shape)}, v {tuple(v.shape)})"
-        )
-    try:
-        broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} "
-            "do not broadcast"
-        ) from None
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+from ._validate import (
+    broadcast_shapes,
+    require_bool_mask,
+    require_min_ndim,
+    require_qkv,
+    require_tensor,
+)
 
 
 def _check_block_size(block_size) -> None:
@@ -131,7 +112,7 @@ def tiled_attention(
     Returns:
         output (..., L_q, d_v), equal to ``scaled_dot_product_attention(q, k, v, mask)[0]``.
     """
-    _check_qkv(q, k, v)
+    require_qkv(q, k, v)
     _check_block_size(block_size)
     L_q, L_k = q.shape[-2], k.shape[-2]
     if mask is not None:

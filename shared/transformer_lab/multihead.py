@@ -95,34 +95,48 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
     ):
-        context = x if context is None else context
-        require_ndim("x", x, 3, "(B, L_q, d_model)")
-        require_ndim("context", context, 3, "(B, L_k, d_model)")
-        for name, t in (("x", x), ("context", context)):
-            if t.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name} has d_model={t.shape[-1]} but this layer expects {self.d_model}"
-                )
-        if x.shape[0] != context.shape[0]:
-            raise ValueError(f"x has batch {x.shape[0]} but context has batch {context.shape[0]}")
-
+        context = check_inputs(self, x, context)
         q = split_heads(self.w_q(x), self.n_heads)  # (B, h, L_q, d_k)
         k = split_heads(self.w_k(context), self.n_heads)  # (B, h, L_k, d_k)
         v = split_heads(self.w_v(context), self.n_heads)
         if cache is not None:
             k, v = cache.append(k, v)
-        if mask is not None:
-            require_bool_mask(
-                mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]), "(B, h, L_q, L_k) ="
-            )
+        return attend(self, q, k, v, mask, need_weights)
 
-        p = self.dropout.p if self.training else 0.0
-        if need_weights or self.explicit:
-            out, weights = scaled_dot_product_attention(q, k, v, mask)
-            self.last_weights = weights.detach()
-            if p:
-                out = self.dropout(weights) @ v
-        else:
-            out, weights = fused_attention(q, k, v, mask, dropout_p=p), None
-        out = self.w_o(merge_heads(out))  # Concat(heads) W^O
-        return (out, weights) if need_weights else out
+
+def check_inputs(layer: nn.Module, x: torch.Tensor, context: torch.Tensor | None) -> torch.Tensor:
+    """Validate a multi-head layer's x (B, L_q, d_model) and context; return the context (x if None)."""
+    context = x if context is None else context
+    require_ndim("x", x, 3, "(B, L_q, d_model)")
+    require_ndim("context", context, 3, "(B, L_k, d_model)")
+    for name, t in (("x", x), ("context", context)):
+        if t.shape[-1] != layer.d_model:
+            raise ValueError(
+                f"{name} has d_model={t.shape[-1]} but this layer expects {layer.d_model}"
+            )
+    if x.shape[0] != context.shape[0]:
+        raise ValueError(f"x has batch {x.shape[0]} but context has batch {context.shape[0]}")
+    return context
+
+
+def attend(layer: nn.Module, q, k, v, mask, need_weights: bool):
+    """The heads q (B, h, L_q, d_k), k, v (B, h, L_k, d_k) through attention, then Concat(heads) W^O.
+
+    The one fast/explicit switch: the fused kernel, or (explicit, or weights asked for) the
+    written-out attention, whose weights are kept in `layer.last_weights`. Dropout on the weights
+    while training.
+    """
+    if mask is not None:
+        require_bool_mask(
+            mask, (q.shape[0], layer.n_heads, q.shape[2], k.shape[2]), "(B, h, L_q, L_k) ="
+        )
+    p = layer.dropout.p if layer.training else 0.0
+    if need_weights or layer.explicit:
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        layer.last_weights = weights.detach()
+        if p:
+            out = layer.dropout(weights) @ v
+    else:
+        out, weights = fused_attention(q, k, v, mask, dropout_p=p), None
+    out = layer.w_o(merge_heads(out))  # Concat(heads) W^O
+    return (out, weights) if need_weights else out

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._validate import require_bool_mask, require_min_ndim, require_ndim
-from .attention import fused_attention, scaled_dot_product_attention
-from .multihead import KVCache, merge_heads, split_heads
+from ._validate import require_min_ndim, require_ndim
+from .attention import scaled_dot_product_attention
+from .multihead import KVCache, attend, check_inputs, merge_heads, split_heads
 
 __all__ = [
     "GroupedQueryAttention",
@@ -481,14 +481,7 @@ class GroupedQueryAttention(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
     ):
-        context = x if context is None else context
-        require_ndim("x", x, 3, "(B, L_q, d_model)")
-        require_ndim("context", context, 3, "(B, L_k, d_model)")
-        for name, t in (("x", x), ("context", context)):
-            if t.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name} has d_model={t.shape[-1]} but this layer expects {self.d_model}"
-                )
+        context = check_inputs(self, x, context)
         q = split_heads(self.w_q(x), self.n_heads)  # (B, h, L_q, d_k)
         k = split_heads(self.w_k(context), self.n_kv_heads)  # (B, h_kv, L_k, d_k)
         v = split_heads(self.w_v(context), self.n_kv_heads)
@@ -497,20 +490,7 @@ class GroupedQueryAttention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         k = k.repeat_interleave(group, dim=1)  # (B, h, L_k, d_k): head i reads K/V head i // g
         v = v.repeat_interleave(group, dim=1)
-        if mask is not None:
-            require_bool_mask(
-                mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]), "(B, h, L_q, L_k) ="
-            )
-        p = self.dropout.p if self.training else 0.0
-        if need_weights or self.explicit:
-            out, weights = scaled_dot_product_attention(q, k, v, mask)
-            self.last_weights = weights.detach()
-            if p:
-                out = self.dropout(weights) @ v
-        else:
-            out, weights = fused_attention(q, k, v, mask, dropout_p=p), None
-        out = self.w_o(merge_heads(out))
-        return (out, weights) if need_weights else out
+        return attend(self, q, k, v, mask, need_weights)
 
 
 # ==============================================================================================

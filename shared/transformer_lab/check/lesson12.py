@@ -58,24 +58,14 @@ def _softmax_blocks(scores, block_size, bug=""):
     return torch.exp(scores - safe(m)[..., None]) / row_sum[..., None]
 
 
-def _softmax_no_max(scores, block_size):
-    return _softmax_blocks(scores, block_size, "no-max")
+def _softmax_bug(bug: str):
+    """The catalogued online-softmax mistake `bug`, with the exercise's signature."""
 
+    def impl(scores, block_size):
+        return _softmax_blocks(scores, block_size, bug)
 
-def _softmax_sum_not_rescaled(scores, block_size):
-    return _softmax_blocks(scores, block_size, "sum-not-rescaled")
-
-
-def _softmax_stale_max(scores, block_size):
-    return _softmax_blocks(scores, block_size, "stale-max")
-
-
-def _softmax_block_normalised(scores, block_size):
-    return _softmax_blocks(scores, block_size, "block-normalised")
-
-
-def _softmax_unguarded(scores, block_size):
-    return _softmax_blocks(scores, block_size, "unguarded-max")
+    impl.__name__ = impl.__qualname__ = f"online_softmax_{bug.replace('-', '_')}"
+    return impl
 
 
 def _softmax_whole_row(scores, block_size):
@@ -117,44 +107,14 @@ def _tiled(q, k, v, mask, block_size, bug=""):
     return o / torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum)[..., None]
 
 
-def _tiled_no_scale(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "no-scale")
+def _tiled_bug(bug: str):
+    """The catalogued tiled-attention mistake `bug`, with the exercise's signature."""
 
+    def impl(q, k, v, mask=None, block_size=64):
+        return _tiled(q, k, v, mask, block_size, bug)
 
-def _tiled_output_not_rescaled(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "output-not-rescaled")
-
-
-def _tiled_sum_not_rescaled(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "sum-not-rescaled")
-
-
-def _tiled_rescale_after_update(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "rescale-after-update")
-
-
-def _tiled_stale_max(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "stale-max")
-
-
-def _tiled_no_final_normalisation(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "no-final-normalisation")
-
-
-def _tiled_mask_block_local(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "mask-block-local")
-
-
-def _tiled_mask_finite(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "mask-finite")
-
-
-def _tiled_nan_rows(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "nan-rows")
-
-
-def _tiled_unguarded(q, k, v, mask=None, block_size=64):
-    return _tiled(q, k, v, mask, block_size, "unguarded-max")
+    impl.__name__ = impl.__qualname__ = f"tiled_attention_{bug.replace('-', '_')}"
+    return impl
 
 
 def _tiled_full_matrix(q, k, v, mask=None, block_size=64):
@@ -304,31 +264,31 @@ online_softmax = Exercise(
             "no-max",
             "exp(scores) overflows for large scores: keep the running max m and exponentiate "
             "x − m; the rescaling l · exp(m − m′) keeps the result exact.",
-            _softmax_no_max,
+            _softmax_bug("no-max"),
         ),
         Mistake(
             "sum-not-rescaled",
             "the running sum is not rescaled when the max changes: l′ = l · exp(m − m′) + "
             "Σ exp(x − m′), because the old sum was measured against the old max.",
-            _softmax_sum_not_rescaled,
+            _softmax_bug("sum-not-rescaled"),
         ),
         Mistake(
             "stale-max",
             "the new block's exponentials use the max from before the block (stale): compute "
             "m′ = max(m, max(block)) first, then Σ exp(x − m′).",
-            _softmax_stale_max,
+            _softmax_bug("stale-max"),
         ),
         Mistake(
             "block-normalised",
             "each block is normalised by its own sum: the denominator of the softmax is the sum "
             "over the whole row, so keep one running sum across the blocks.",
-            _softmax_block_normalised,
+            _softmax_bug("block-normalised"),
         ),
         Mistake(
             "unguarded-max",
             "a block whose scores are all −inf leaves the running max at −inf, and "
             "exp(m − m′) = exp(−inf + inf) is NaN: use 0 in place of a max that is still −inf.",
-            _softmax_unguarded,
+            _softmax_bug("unguarded-max"),
         ),
         Mistake(
             "whole-row",
@@ -479,59 +439,59 @@ tiled_attention = Exercise(
         "transformer_lab.online_softmax",
     ),
     mistakes=[
-        Mistake("no-scale", "your scores are not divided by √d_k.", _tiled_no_scale),
+        Mistake("no-scale", "your scores are not divided by √d_k.", _tiled_bug("no-scale")),
         Mistake(
             "output-not-rescaled",
             "the running output is not rescaled when the max changes: o′ = o · exp(m − m′) + "
             "p v_B, since o was summed against the old max.",
-            _tiled_output_not_rescaled,
+            _tiled_bug("output-not-rescaled"),
         ),
         Mistake(
             "sum-not-rescaled",
             "the running sum is not rescaled when the max changes: l′ = l · exp(m − m′) + "
             "rowsum(p).",
-            _tiled_sum_not_rescaled,
+            _tiled_bug("sum-not-rescaled"),
         ),
         Mistake(
             "rescale-after-update",
             "the rescaling factor exp(m − m′) is computed after m was overwritten by m′, so it is "
             "always 1: compute it from the old and the new max, then update m.",
-            _tiled_rescale_after_update,
+            _tiled_bug("rescale-after-update"),
         ),
         Mistake(
             "stale-max",
             "the block's probabilities use the max from before the block (stale): compute "
             "m′ = max(m, rowmax(s)) first, then p = exp(s − m′).",
-            _tiled_stale_max,
+            _tiled_bug("stale-max"),
         ),
         Mistake(
             "no-final-normalisation",
             "the output is not divided by the running sum at the end: return o / l.",
-            _tiled_no_final_normalisation,
+            _tiled_bug("no-final-normalisation"),
         ),
         Mistake(
             "mask-block-local",
             "each block is masked with the mask's first columns (the block-local key index): block "
             "B starting at key j needs mask[..., j:j + block_size], the global key index.",
-            _tiled_mask_block_local,
+            _tiled_bug("mask-block-local"),
         ),
         Mistake(
             "mask-finite",
             "masked scores are filled with a large finite number instead of −inf, so a query "
             "with every key masked averages all the values instead of giving zeros.",
-            _tiled_mask_finite,
+            _tiled_bug("mask-finite"),
         ),
         Mistake(
             "nan-rows",
             "a query with every key masked has l = 0 and gets 0/0 = NaN: the contract asks for "
             "zeros there; divide by torch.where(l > 0, l, 1) (o is 0 in such a row).",
-            _tiled_nan_rows,
+            _tiled_bug("nan-rows"),
         ),
         Mistake(
             "unguarded-max",
             "a block whose keys are all masked leaves the running max at −inf, and "
             "exp(m − m′) = exp(−inf + inf) is NaN: use 0 in place of a max that is still −inf.",
-            _tiled_unguarded,
+            _tiled_bug("unguarded-max"),
         ),
         Mistake(
             "full-matrix",

@@ -36,9 +36,11 @@ class GoodSelfAttention(nn.Module):
         self.w_q = nn.Linear(d_model, d_k or d_model, bias=False)
         self.w_k = nn.Linear(d_model, d_k or d_model, bias=False)
         self.w_v = nn.Linear(d_model, d_v or d_model, bias=False)
+        self.last_weights = None
 
     def forward(self, x, mask=None):
-        return good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)[0]
+        out, self.last_weights = good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        return out
 
 
 class GoodRNN(nn.Module):
@@ -117,6 +119,128 @@ def test_common_mistakes_are_named_by_the_visible_check(name, key):
     mistake = check.EXERCISES[name].mistake(key)
     with pytest.raises(check.CheckFailed, match="Likely mistake"):
         getattr(check, name)(mistake.impl)
+
+
+# ---------------------------------------------------------------------------------------------
+# SelfAttention.last_weights, a stated rule: mutants whose output is right (so the output cases
+# passed them before the last_weights case existed) but whose last_weights is wrong.
+
+
+class NoLastWeights(nn.Module):  # the attribute never exists
+    def __init__(self, d_model, d_k=None, d_v=None):
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k or d_model, bias=False)
+        self.w_k = nn.Linear(d_model, d_k or d_model, bias=False)
+        self.w_v = nn.Linear(d_model, d_v or d_model, bias=False)
+
+    def forward(self, x, mask=None):
+        return good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)[0]
+
+
+class NoneLastWeights(GoodSelfAttention):  # set to None in __init__, never assigned
+    def forward(self, x, mask=None):
+        return good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)[0]
+
+
+class StaleLastWeights(GoodSelfAttention):  # kept from the first call only
+    def forward(self, x, mask=None):
+        out, weights = good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        if self.last_weights is None:
+            self.last_weights = weights
+        return out
+
+
+class OutputAsLastWeights(GoodSelfAttention):
+    def forward(self, x, mask=None):
+        self.last_weights = super().forward(x, mask)
+        return self.last_weights
+
+
+class FirstSequenceLastWeights(GoodSelfAttention):
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask)
+        self.last_weights = self.last_weights[0]
+        return out
+
+
+class ScoresAsLastWeights(GoodSelfAttention):
+    def forward(self, x, mask=None):
+        q, k = self.w_q(x), self.w_k(x)
+        self.last_weights = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return good_sdpa(q, k, self.w_v(x), mask)[0]
+
+
+class UnnormalisedLastWeights(GoodSelfAttention):  # exp(scores), never divided by the row sums
+    def forward(self, x, mask=None):
+        q, k = self.w_q(x), self.w_k(x)
+        out = super().forward(x, mask)
+        self.last_weights = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+        return out
+
+
+class TransposedLastWeights(GoodSelfAttention):  # (B, L_k, L_q): the right shape, wrong entries
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask)
+        self.last_weights = self.last_weights.transpose(-2, -1)
+        return out
+
+
+class ListOfLastWeights(GoodSelfAttention):  # one entry per call
+    def forward(self, x, mask=None):
+        out, weights = good_sdpa(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        self.last_weights = [*(self.last_weights or []), weights]
+        return out
+
+
+LAST_WEIGHTS_MUTANTS = [
+    # mutant, the catalogued mistake it is named as (None: told what is wrong, no mistake named),
+    # and a phrase of the problem
+    (NoLastWeights, "no-last-weights", "has no attribute `last_weights`"),
+    (NoneLastWeights, "no-last-weights", "is still None after two calls"),
+    (StaleLastWeights, "stale-last-weights", "still holds the weights of the first call"),
+    (OutputAsLastWeights, "output-as-last-weights", "has shape (3, 4, 5)"),
+    (FirstSequenceLastWeights, "first-sequence-weights", "has shape (4, 4)"),
+    (ScoresAsLastWeights, "scores-as-last-weights", "the softmax weights' rows to 1"),
+    (UnnormalisedLastWeights, None, "the softmax weights' rows to 1"),
+    (TransposedLastWeights, None, "differs in"),
+    (ListOfLastWeights, None, "should be a tensor but is a list"),
+]
+
+
+@pytest.mark.parametrize(
+    "mutant,key,phrase", LAST_WEIGHTS_MUTANTS, ids=[m.__name__ for m, _, _ in LAST_WEIGHTS_MUTANTS]
+)
+def test_visible_self_attention_check_pins_last_weights(mutant, key, phrase):
+    ex = check.EXERCISES["SelfAttention"]
+    with pytest.raises(check.CheckFailed) as info:
+        check.SelfAttention(mutant)
+    err = info.value
+    assert err.case.startswith("last_weights after two calls"), err
+    assert phrase in err.problem, err
+    assert err.mistake == (ex.mistake(key).sentence if key else None), err
+
+
+@pytest.mark.parametrize(
+    "mutant", [m for m, _, _ in LAST_WEIGHTS_MUTANTS], ids=lambda m: m.__name__
+)
+def test_last_weights_mutants_pass_a_check_without_the_last_weights_case(mutant, monkeypatch):
+    # Mutant of the check: the old output-only comparison. Every mutant above passes it, so the
+    # last_weights case is what catches them.
+    from transformer_lab.check import lesson02
+
+    monkeypatch.setattr(lesson02, "_check_last_weights", lambda ex, student_cls, thorough: 0)
+    assert check.SelfAttention(mutant, thorough=True) is None
+
+
+def test_last_weights_case_passes_detached_weights_kept_by_a_right_layer(capsys):
+    class Detached(GoodSelfAttention):  # for plotting: detached weights are fine
+        def forward(self, x, mask=None):
+            out = super().forward(x, mask)
+            self.last_weights = self.last_weights.detach()
+            return out
+
+    assert check.SelfAttention(Detached) is None
+    assert "last_weights of the last call" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------

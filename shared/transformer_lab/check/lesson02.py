@@ -7,8 +7,17 @@ import math
 import torch
 
 from .. import attention as _attention
-from .drivers import FunctionDriver, ModuleDriver
-from .engine import Case, Exercise, Mistake
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver
+from .engine import (
+    Case,
+    Exercise,
+    ImplementThisYourself,
+    Mistake,
+    compare_tensor,
+    fail,
+    init_parameters,
+    same_within_tolerance,
+)
 
 __all__ = ["SelfAttention", "scaled_dot_product_attention"]
 
@@ -226,19 +235,19 @@ scaled_dot_product_attention = Exercise(
 class _SelfAttentionValuesAreX(_attention.SelfAttention):
     def forward(self, x, mask=None):
         v = x if self.d_v == x.shape[-1] else self.w_v(x)
-        out, _ = _sdpa_plain(self.w_q(x), self.w_k(x), v, mask)
+        out, self.last_weights = _sdpa_plain(self.w_q(x), self.w_k(x), v, mask)
         return out
 
 
 class _SelfAttentionKeysFromWq(_attention.SelfAttention):
     def forward(self, x, mask=None):
-        out, _ = _sdpa_plain(self.w_q(x), self.w_q(x), self.w_v(x), mask)
+        out, self.last_weights = _sdpa_plain(self.w_q(x), self.w_q(x), self.w_v(x), mask)
         return out
 
 
 class _SelfAttentionSwapped(_attention.SelfAttention):
     def forward(self, x, mask=None):
-        out, _ = _sdpa_plain(self.w_k(x), self.w_q(x), self.w_v(x), mask)
+        out, self.last_weights = _sdpa_plain(self.w_k(x), self.w_q(x), self.w_v(x), mask)
         return out
 
 
@@ -247,19 +256,58 @@ class _SelfAttentionUntransposed(_attention.SelfAttention):
         q = x @ self.w_q.weight
         k = x @ self.w_k.weight
         v = x @ self.w_v.weight
-        out, _ = _sdpa_plain(q, k, v, mask)
+        out, self.last_weights = _sdpa_plain(q, k, v, mask)
         return out
 
 
 class _SelfAttentionIgnoresMask(_attention.SelfAttention):
     def forward(self, x, mask=None):
-        out, _ = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), None)
+        out, self.last_weights = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), None)
         return out
 
 
 class _SelfAttentionUnscaled(_attention.SelfAttention):
     def forward(self, x, mask=None):
-        out, _ = _sdpa_no_scale(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        out, self.last_weights = _sdpa_no_scale(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        return out
+
+
+# The stated rule "keep the weights in self.last_weights": outputs right, last_weights wrong.
+
+
+class _SelfAttentionNoLastWeights(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, _ = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        return out
+
+
+class _SelfAttentionStaleLastWeights(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, weights = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        if self.last_weights is None:  # kept once, never replaced
+            self.last_weights = weights
+        return out
+
+
+class _SelfAttentionOutputAsWeights(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, _ = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        self.last_weights = out
+        return out
+
+
+class _SelfAttentionFirstSequenceWeights(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        out, weights = _sdpa_plain(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+        self.last_weights = weights[0]  # only the first sequence's (L, L), "for the plot"
+        return out
+
+
+class _SelfAttentionScoresAsWeights(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        q, k = self.w_q(x), self.w_k(x)
+        out, _ = _sdpa_plain(q, k, self.w_v(x), mask)
+        self.last_weights = _scores(q, k) / math.sqrt(q.shape[-1])  # before the softmax
         return out
 
 
@@ -284,6 +332,112 @@ def _self_attention_cases(thorough: bool) -> list[Case]:
             case(4, 3, 5, d_k=2, d_v=3),
         ]
     return cases
+
+
+# The last_weights case: two calls of different shapes, then `last_weights` must hold the softmax
+# weights of the second one, (B, L, L), equal to the reference's.
+
+_LAST_WEIGHTS_INIT = {"d_model": 6, "d_k": 4, "d_v": 5}
+_LAST_WEIGHTS_CASE = (
+    "last_weights after two calls: SelfAttention(6, d_k=4, d_v=5) on x (2, 5, 6) with a causal "
+    "mask, then on x (3, 4, 6) (float64 on cpu)"
+)
+_MISSING = object()
+
+
+def _last_weights_calls() -> list[dict]:
+    g = torch.Generator().manual_seed(2100)
+    first = torch.randn(2, 5, 6, generator=g, dtype=torch.float64)
+    second = torch.randn(3, 4, 6, generator=g, dtype=torch.float64)
+    return [{"x": first, "mask": torch.ones(5, 5, dtype=torch.bool).tril()}, {"x": second}]
+
+
+def _kept_after(layer, calls: list[dict]) -> list:
+    """What `layer.last_weights` holds after each call (detached copies)."""
+    kept = []
+    with torch.no_grad():
+        for inputs in calls:
+            layer(**inputs)
+            weights = getattr(layer, "last_weights", _MISSING)
+            kept.append(weights.detach().clone() if isinstance(weights, torch.Tensor) else weights)
+    return kept
+
+
+def _last_weights_finding(kept, first, last) -> tuple[str, str] | None:
+    """(tag, problem) when `kept` (last_weights after the second call) is wrong, else None."""
+    cpu, f64 = torch.device("cpu"), torch.float64
+    expected = f"the (B, L, L) = {tuple(last.shape)} attention weights of that call"
+    if kept is _MISSING:
+        return "missing", (
+            f"your module has no attribute `last_weights` after a call; keep {expected} in "
+            "self.last_weights"
+        )
+    if kept is None:
+        return "missing", f"`last_weights` is still None after two calls; it should hold {expected}"
+    if isinstance(kept, torch.Tensor) and same_within_tolerance(kept, first, f64, cpu):
+        return "stale", (
+            f"`last_weights` still holds the weights of the first call, {tuple(first.shape)}, "
+            f"after the second; it should hold {expected}"
+        )
+    problem = compare_tensor(last, kept, "`last_weights` (the weights of the last call)", f64, cpu)
+    if problem is None:
+        return None
+    if isinstance(kept, torch.Tensor) and tuple(kept.shape) == tuple(last.shape):
+        sums = kept.double().sum(-1)
+        problem += (
+            f"; its rows sum to {sums.min().item():.4g} .. {sums.max().item():.4g}, the "
+            "softmax weights' rows to 1"
+        )
+        return "values", problem
+    return "shape", problem
+
+
+def _check_last_weights(ex: Exercise, student_cls, thorough: bool) -> int:
+    """One case, visible too: `last_weights` after two calls of different shapes."""
+    calls = _last_weights_calls()
+    with torch.random.fork_rng(devices=[]):
+        reference = ex.reference(**_LAST_WEIGHTS_INIT)
+    init_parameters(reference, seed=3100)
+    reference.double().eval()
+    first, last = _kept_after(reference, calls)
+
+    def kept_by(impl):
+        with torch.random.fork_rng(devices=[]):
+            layer = impl(**_LAST_WEIGHTS_INIT)
+        layer.load_state_dict(reference.state_dict())
+        return _kept_after(layer.double().eval(), calls)[-1]
+
+    try:
+        kept = ex.run_student(student_cls, lambda: kept_by(student_cls))
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except Exception as err:
+        fail(ex, f"your module raised {type(err).__name__}: {err}", _LAST_WEIGHTS_CASE, cause=err)
+    finding = _last_weights_finding(kept, first, last)
+    if finding is None:
+        return 1
+
+    def evidence(weights):
+        found = _last_weights_finding(weights, first, last)
+        tensor = weights if isinstance(weights, torch.Tensor) else None
+        return (found[0] if found else "right", tensor)
+
+    def same(a, b):  # the same finding, and the same tensor (if any)
+        if a[0] != b[0] or (a[1] is None) != (b[1] is None):
+            return False
+        return a[1] is None or same_within_tolerance(a[1], b[1], torch.float64, torch.device("cpu"))
+
+    mistake = ex.diagnose(
+        lambda impl: evidence(kept_by(impl)), evidence(kept), ("right", last), same
+    )
+    fail(ex, finding[1], _LAST_WEIGHTS_CASE, mistake)
+
+
+def _check_self_attention(ex: Exercise, student_cls, thorough: bool):
+    """The reference comparison (weights copied in), then what `last_weights` holds."""
+    driver = ModuleDriver(_self_attention_cases, outputs=("output",))
+    n = driver.run(ex, student_cls, thorough) + _check_last_weights(ex, student_cls, thorough)
+    return n, driver.covered(thorough) + "; last_weights of the last call"
 
 
 SelfAttention = Exercise(
@@ -335,7 +489,37 @@ SelfAttention = Exercise(
             "the scores inside your layer are not divided by √d_k.",
             _SelfAttentionUnscaled,
         ),
+        Mistake(
+            "no-last-weights",
+            "self.last_weights is never set: keep the weights that scaled_dot_product_attention "
+            "returns (out, self.last_weights = ...).",
+            _SelfAttentionNoLastWeights,
+        ),
+        Mistake(
+            "stale-last-weights",
+            "self.last_weights keeps the weights of an earlier call: assign it on every call, so "
+            "it always holds the weights of the last one.",
+            _SelfAttentionStaleLastWeights,
+        ),
+        Mistake(
+            "output-as-last-weights",
+            "self.last_weights holds the layer's output: keep the second value "
+            "scaled_dot_product_attention returns, the (B, L, L) weights.",
+            _SelfAttentionOutputAsWeights,
+        ),
+        Mistake(
+            "first-sequence-weights",
+            "self.last_weights keeps only the first sequence's (L, L) weights: keep the whole "
+            "batch's, (B, L, L) (index [0] when you plot, not when you store).",
+            _SelfAttentionFirstSequenceWeights,
+        ),
+        Mistake(
+            "scores-as-last-weights",
+            "self.last_weights holds the scores Q Kᵀ/√d_k before the softmax: keep the weights, "
+            "whose rows sum to 1.",
+            _SelfAttentionScoresAsWeights,
+        ),
     ],
-    driver=ModuleDriver(_self_attention_cases, outputs=("output",)),
+    driver=CustomDriver(_check_self_attention),
     doc="a SelfAttention class: SelfAttention(d_model, d_k=None, d_v=None), forward(x, mask=None)",
 )

@@ -24,8 +24,10 @@ against 0 instead (exp(−inf) = 0), l stays 0, and the output is defined as zer
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
+import tempfile
 
 import torch
 
@@ -165,12 +167,21 @@ def _quiet_stderr():
         os.close(devnull)
 
 
-def peak_memory(fn, *args, **kwargs) -> int:
-    """Bytes allocated at the peak of fn(*args, **kwargs), beyond what was allocated before it.
+# The allocator's device types that are CPU memory (as torch.autograd.profiler counts them).
+_CPU_MEMORY = {
+    int(torch.autograd.DeviceType.CPU),
+    int(torch.autograd.DeviceType.MKLDNN),
+    int(torch.autograd.DeviceType.IDEEP),
+}
 
-    Measured, not computed: torch.profiler records every CPU allocation and free
-    (``profile_memory=True``); the running sum of those events, in time order, peaks here.
-    Tensors that fn returns count (they were allocated during the call).
+
+def memory_events(fn, *args, **kwargs) -> list[tuple[int, int]]:
+    """Every allocation and free of PyTorch's CPU allocator during fn(*args, **kwargs), in time order.
+
+    Returns [(bytes, device type), ...]: bytes > 0 an allocation, < 0 a free; the device type as
+    `int(torch.autograd.DeviceType.X)`. Recorded by torch.profiler with ``profile_memory=True`` and
+    read from its public Chrome trace export (``export_chrome_trace``: one "[memory]" event per
+    allocation or free, with its "Bytes" and "Device Type"). fn's own exceptions pass through.
     """
     from torch.profiler import ProfilerActivity, profile  # imported on first use
 
@@ -182,14 +193,34 @@ def peak_memory(fn, *args, **kwargs) -> int:
     finally:
         with _quiet_stderr():
             prof.stop()
-    events = sorted(
-        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-        key=lambda e: e.start_ns(),
+    with tempfile.TemporaryDirectory(prefix="peak-memory-") as folder:
+        path = os.path.join(folder, "trace.json")
+        with _quiet_stderr():
+            prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as file:
+            trace = json.load(file)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    memory = sorted(
+        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"], e["args"]["Device Type"])
+        for e in events
+        if e.get("name") == "[memory]" and "Bytes" in e.get("args", {})
     )
+    return [(int(nbytes), int(device)) for _, _, nbytes, device in memory]
+
+
+def peak_memory(fn, *args, **kwargs) -> int:
+    """Bytes allocated at the peak of fn(*args, **kwargs), beyond what was allocated before it.
+
+    Measured, not computed: torch.profiler records every CPU allocation and free
+    (``profile_memory=True``, see `memory_events`); the running sum of those events, in time
+    order, peaks here. Tensors that fn returns count (they were allocated during the call);
+    tensors that existed before it (inputs, weights) do not. An accelerator's allocations are not
+    CPU memory and are not counted.
+    """
     current = peak = 0
-    for event in events:
-        if event.device_type() != torch.autograd.DeviceType.CPU:
-            continue  # an accelerator's allocations are not the CPU's memory
-        current += event.nbytes()
+    for nbytes, device in memory_events(fn, *args, **kwargs):
+        if device not in _CPU_MEMORY:
+            continue
+        current += nbytes
         peak = max(peak, current)
     return peak

@@ -19,10 +19,7 @@ Masks follow the course's convention (lesson 06): bool, True = may attend.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import sys
 import time
 
 import torch
@@ -31,6 +28,7 @@ from torch import nn
 
 from ._validate import require_min_ndim, require_ndim
 from .attention import scaled_dot_product_attention
+from .efficient import peak_memory
 from .multihead import KVCache, attend, check_inputs, merge_heads, split_heads
 
 __all__ = [
@@ -515,57 +513,15 @@ def wall_time(fn, repeats: int = 3, warmup: int = 1, clock=time.perf_counter) ->
     return sorted(times)[len(times) // 2]
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Send file descriptor 2 (C++ logging) to /dev/null for the duration."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def peak_memory_bytes(fn) -> int:
-    """Peak bytes of tensor memory that fn() holds at once beyond what was live before it.
+    """Peak bytes of CPU tensor memory that fn() holds at once beyond what was live before it.
 
-    Measured with torch.profiler (profile_memory=True), which records every allocation and free
-    of PyTorch's CPU (and CUDA) allocator, inside fused kernels too; this is the peak of their
+    `efficient.peak_memory(fn)`: torch.profiler (profile_memory=True) records every allocation
+    and free of PyTorch's CPU allocator, inside fused kernels too; this is the peak of their
     running sum, in time order. Tensors that already existed (inputs, weights) do not count; the
     output does (it is allocated inside). Python objects and the allocator's cache are not seen.
     """
-    from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
-    prof = profile(activities=activities, profile_memory=True)
-    with _quiet_stderr():  # this torch build logs "profiler_start/stop" lines on stderr
-        prof.start()
-    try:
-        fn()
-    finally:
-        with _quiet_stderr():
-            prof.stop()
-
-    def walk(nodes):
-        for node in nodes:
-            yield node
-            yield from walk(node.children)
-
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    allocations = sorted(
-        (e for e in walk(tree) if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns
-    )
-    live = peak = 0
-    for event in allocations:
-        live += event.extra_fields.alloc_size  # > 0 allocated, < 0 freed
-        peak = max(peak, live)
-    return peak
+    return peak_memory(fn)
 
 
 def crossover(ns, baseline, values) -> int | None:

@@ -202,6 +202,61 @@ def test_peak_memory_measures_an_allocation():
     assert efficient.peak_memory(lambda: None) == 0
 
 
+def _freed_then_kept():
+    a = torch.ones(1000, 1000)  # 4,000,000 bytes, freed before the next allocation
+    del a
+    b = torch.ones(500, 1000)  # 2,000,000 bytes, the result
+    return b
+
+
+def test_peak_memory_is_the_peak_of_live_allocations_on_a_known_pattern():
+    # Exactly known: 4 MB live at the peak (not 6 MB: the first tensor is gone before the second).
+    assert efficient.peak_memory(_freed_then_kept) == 4_000_000
+    assert efficient.peak_memory(lambda: torch.empty(250, 1000, dtype=torch.float64)) == 2_000_000
+    existing = torch.ones(1000, 1000)
+    assert efficient.peak_memory(lambda: existing.view(-1)) == 0  # what existed does not count
+    events = efficient.memory_events(_freed_then_kept)
+    assert [nbytes for nbytes, _ in events if abs(nbytes) >= 1_000_000] == [
+        4_000_000,
+        -4_000_000,
+        2_000_000,
+        -2_000_000,  # the result, dropped inside the measurement
+    ]
+
+
+def test_peak_memory_mutants_are_rejected():
+    # Mutants of the measurement, on the same public events: each misses the known 4 MB peak.
+    def summed_allocations(fn):  # every allocation added, the frees ignored
+        return sum(nbytes for nbytes, _ in efficient.memory_events(fn) if nbytes > 0)
+
+    def net_at_the_end(fn):  # what is left at the end, not the peak on the way
+        return sum(nbytes for nbytes, _ in efficient.memory_events(fn))
+
+    def largest_allocation(fn):  # one allocation, not the live total
+        return max(nbytes for nbytes, _ in efficient.memory_events(fn))
+
+    def two_live():
+        a = torch.ones(1000, 1000)
+        b = torch.ones(500, 1000)  # both live: 6 MB
+        return a, b
+
+    assert efficient.peak_memory(_freed_then_kept) == 4_000_000
+    assert summed_allocations(_freed_then_kept) >= 6_000_000
+    assert net_at_the_end(_freed_then_kept) < 1_000_000
+    assert efficient.peak_memory(two_live) == 6_000_000
+    assert largest_allocation(two_live) == 4_000_000
+
+
+def test_peak_memory_uses_only_the_profilers_public_api():
+    import inspect
+
+    from transformer_lab import scaling
+
+    for module in (efficient, scaling):
+        source = inspect.getsource(module)
+        assert "kineto_results" not in source and "torch._C" not in source, module.__name__
+
+
 def test_peak_memory_passes_errors_on_and_restores_stderr(capfd):
     def broken():
         raise ValueError("inside")

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from transformer_lab import scaling
+from transformer_lab import efficient, scaling
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.encoder_decoder import Parts
 from transformer_lab.gpt import GPT
@@ -467,19 +467,7 @@ def test_peak_memory_bytes_is_the_peak_of_live_allocations_not_their_sum():
     assert scaling.peak_memory_bytes(lambda: existing.view(-1)) == 0  # inputs do not count
 
     def summed_allocations(fn):  # mutant: adds every allocation and ignores the frees
-        from torch._C._profiler import _EventType
-        from torch.profiler import profile
-
-        with profile(profile_memory=True) as prof:
-            fn()
-        stack = list(prof.profiler.kineto_results.experimental_event_tree())
-        total = 0
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children)
-            if node.tag == _EventType.Allocation and node.extra_fields.alloc_size > 0:
-                total += node.extra_fields.alloc_size
-        return total
+        return sum(nbytes for nbytes, _ in efficient.memory_events(fn) if nbytes > 0)
 
     assert summed_allocations(_two_temporaries) != 4_000_000
 

@@ -16,7 +16,12 @@ import torch
 
 import transformer_lab
 from transformer_lab import bart, check
-from transformer_lab.check import lesson10
+from transformer_lab.check import (
+    lesson10,
+    lesson10_permutation,
+    lesson10_properties,
+    lesson10_rotation,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written two ways each.
@@ -137,8 +142,8 @@ def test_correct_implementations_pass(name, impl, thorough, capsys):
 
 SUITES = {
     "text_infilling": lesson10._infilling_suite,
-    "sentence_permutation": lesson10._permutation_suite,
-    "document_rotation": lesson10._rotation_suite,
+    "sentence_permutation": lesson10_permutation._permutation_suite,
+    "document_rotation": lesson10_rotation._rotation_suite,
 }
 
 
@@ -384,12 +389,12 @@ def test_check_does_not_touch_the_global_seed():
 
 def test_binomial_bands_leave_less_than_their_level_outside():
     for n, k in [(300, 6), (600, 6), (960, 24), (1600, 4), (1750, 7)]:
-        alpha = lesson10.FALSE_FAILURE / k
-        lo, hi = lesson10.binomial_band(n, 1 / k, alpha)
-        pmf = [math.exp(lesson10._log_binom_pmf(x, n, 1 / k)) for x in range(n + 1)]
+        alpha = lesson10_properties.FALSE_FAILURE / k
+        lo, hi = lesson10_properties.binomial_band(n, 1 / k, alpha)
+        pmf = [math.exp(lesson10_properties._log_binom_pmf(x, n, 1 / k)) for x in range(n + 1)]
         outside = sum(pmf[:lo]) + sum(pmf[hi + 1 :])
         assert outside <= alpha
-        assert k * outside < lesson10.FALSE_FAILURE  # union bound over the k cells
+        assert k * outside < lesson10_properties.FALSE_FAILURE  # union bound over the k cells
         assert lo > 0  # "never came out" lies outside the band too
 
 
@@ -397,7 +402,7 @@ def test_rotation_mistakes_miss_the_band_by_far():
     """k drawn from 0..L gives k = 0 probability 2/(L+1): far outside the band, so a student's
     version of that slip (another random stream) fails too, not only our seeded mutant."""
     for L, n in [(4, 1600), (7, 1750)]:
-        lo, hi = lesson10.binomial_band(n, 1 / L, lesson10.FALSE_FAILURE / L)
+        lo, hi = lesson10_properties.binomial_band(n, 1 / L, lesson10_properties.FALSE_FAILURE / L)
         q = 2 / (L + 1)
         assert n * q - hi > 4.5 * math.sqrt(n * q * (1 - q))
 
@@ -414,7 +419,7 @@ def test_span_length_bands_have_tiny_normal_tails():
                 z = (hi - e) / sigma if sigma else math.inf
                 worst = max(worst, math.erfc(z / math.sqrt(2)))  # two-sided normal tail
                 n_bands += 1
-        assert n_bands * worst < lesson10.FALSE_FAILURE
+        assert n_bands * worst < lesson10_properties.FALSE_FAILURE
         assert all(d >= 30 for *_, d in configs)
 
 

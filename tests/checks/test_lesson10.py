@@ -291,6 +291,72 @@ def test_infilling_with_geometric_lengths_fails_the_poisson_test():
     _fails("text_infilling", geometric, "do not follow Poisson", thorough=False)
 
 
+# More spans than gaps (a short document, a large p, a small lam): two ways to get it wrong.
+
+
+def _poisson_spans(n_mask, lam, generator):
+    lengths = []
+    while sum(lengths) < n_mask:
+        k = int(torch.poisson(torch.tensor([float(lam)]), generator=generator))
+        lengths.append(min(k, n_mask - sum(lengths)))
+    return lengths
+
+
+def _walk_gaps(tokens, mask_id, n_kept, gaps, lengths):
+    span_at, out, i, toks = dict(zip(gaps, lengths)), [], 0, tokens.tolist()
+    for g in range(n_kept + 1):
+        if g in span_at:
+            out.append(mask_id)
+            i += span_at[g]
+        if g < n_kept:
+            out.append(toks[i])
+            i += 1
+    return tokens.new_tensor(out)
+
+
+def infilling_gaps_by_multinomial(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """Gaps sampled without replacement by torch.multinomial, and no fold: with more spans than
+    gaps, multinomial raises."""
+    n_mask = round(p * len(tokens))
+    if n_mask == 0:
+        return tokens.clone()
+    lengths = _poisson_spans(n_mask, lam, generator)
+    n_kept = len(tokens) - n_mask
+    picked = torch.multinomial(torch.ones(n_kept + 1), len(lengths), generator=generator)
+    return _walk_gaps(tokens, mask_id, n_kept, picked.sort().values.tolist(), lengths)
+
+
+def infilling_drops_extra_spans(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """With more spans than gaps the extra spans are dropped, and their tokens stay."""
+    n_mask = round(p * len(tokens))
+    if n_mask == 0:
+        return tokens.clone()
+    lengths = _poisson_spans(n_mask, lam, generator)
+    lengths = lengths[: len(tokens) - n_mask + 1]  # one span per gap, the rest dropped
+    n_kept = len(tokens) - sum(lengths)
+    gaps = torch.randperm(n_kept + 1, generator=generator)[: len(lengths)].sort().values
+    return _walk_gaps(tokens, mask_id, n_kept, gaps.tolist(), lengths)
+
+
+@pytest.mark.parametrize(
+    "impl,match",
+    [
+        (infilling_gaps_by_multinomial, "raised RuntimeError"),
+        (infilling_drops_extra_spans, "4 tokens were removed, but p \\* L = 9.*do not drop them"),
+    ],
+    ids=["raises", "drops"],
+)
+def test_more_spans_than_gaps_is_a_visible_case(impl, match, monkeypatch):
+    message = _fails("text_infilling", impl, match, thorough=False)
+    assert "text_infilling(tokens of length 12, mask_id=3, p=0.75, lam=0.5)" in message
+    assert "Likely mistake" not in message  # no catalogued mistake drops or refuses spans
+    # No other visible document has more spans than gaps: without this one, the mutant passes.
+    others = [case for case in lesson10._INFILL_CASES if case != lesson10.FOLD_CASE]
+    assert len(others) == len(lesson10._INFILL_CASES) - 1
+    monkeypatch.setattr(lesson10, "_INFILL_CASES", others)
+    assert check.text_infilling(impl) is None
+
+
 def test_int64_only_output_fails_on_int32_ids_with_a_clear_message():
     def always_long(tokens, mask_id, p=0.3, lam=3.0, generator=None):
         return infilling_gaps(tokens, mask_id, p, lam, generator).long()

@@ -173,23 +173,39 @@ def _infill_bins(n_masked_lams: list[tuple[int, float, int]]) -> list[float]:
     return total
 
 
+# Structure cases: (L, p, lam, mask_id). The last visible one has more spans than gaps: 9 of its
+# 12 tokens go in spans of mean 0.5 (about 18 spans, most of them empty) and the 3 kept tokens
+# leave 4 gaps, so the extra spans must be folded into the others.
+FOLD_CASE = (12, 0.75, 0.5, MASK)
+_FOLD_HINT = (
+    "; here more spans are drawn than the L - round(p * L) + 1 gaps can take: add the extra "
+    "spans' lengths to the others, do not drop them"
+)
+_INFILL_CASES = [
+    (40, 0.3, 3.0, MASK),
+    (25, 0.5, 1.0, MASK),
+    (12, 0.25, 3.0, MASK),
+    (7, 0.0, 3.0, MASK),
+    FOLD_CASE,
+]
+_INFILL_CASES_MORE = [  # added in the thorough run
+    (60, 0.15, 5.0, 50264),
+    (10, 0.9, 0.3, MASK),
+    (1, 1.0, 3.0, 0),
+    (0, 0.3, 3.0, MASK),
+    (33, 0.6, 2.0, 0),
+    (100, 0.3, 3.0, MASK),
+    (5, 1.0, 1.0, MASK),
+]
+
+
 def _infilling_suite(fn: Callable, thorough: bool, call: Callable = direct) -> int:
     def run(label: str, *args, **kwargs):
         return call(lambda: fn(*args, **kwargs), label)
 
     n_calls = 0
-    # 1. structure on hand-picked cases: (L, p, lam, mask_id)
-    cases = [(40, 0.3, 3.0, MASK), (25, 0.5, 1.0, MASK), (12, 0.25, 3.0, MASK), (7, 0.0, 3.0, MASK)]
-    if thorough:
-        cases += [
-            (60, 0.15, 5.0, 50264),
-            (10, 0.9, 0.3, MASK),
-            (1, 1.0, 3.0, 0),
-            (0, 0.3, 3.0, MASK),
-            (33, 0.6, 2.0, 0),
-            (100, 0.3, 3.0, MASK),
-            (5, 1.0, 1.0, MASK),
-        ]
+    # 1. structure on hand-picked cases
+    cases = _INFILL_CASES + (_INFILL_CASES_MORE if thorough else [])
     n_seeds = 8 if thorough else 3
     for device, dtype in id_settings(thorough):
         for L, p, lam, mask_id in cases:
@@ -201,11 +217,13 @@ def _infilling_suite(fn: Callable, thorough: bool, call: Callable = direct) -> i
                 spans = _spans_behind_masks(doc.tolist(), out_list, mask_id, label)
                 n_calls += 1
                 if abs(sum(spans) - p * L) > 0.5 + 1e-9:
+                    fold = (L, p, lam, mask_id) == FOLD_CASE  # its own key: names no mistake
                     raise Broken(
-                        "count",
+                        "extra spans" if fold else "count",
                         f"{label}: {sum(spans)} tokens were removed, but p * L = {p * L:g}: "
-                        f"remove round(p * L) = {round(p * L)} tokens in all (input {doc.tolist()}, "
-                        f"output {out_list})",
+                        f"remove round(p * L) = {round(p * L)} tokens in all"
+                        + (_FOLD_HINT if fold else "")
+                        + f" (input {doc.tolist()}, output {out_list})",
                     )
                 if round(p * L) == 0 and out_list != doc.tolist():
                     raise Broken(

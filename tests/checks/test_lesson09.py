@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from transformer_lab import bert as B
 from transformer_lab import check
 from transformer_lab.check import lesson09 as L
+from transformer_lab.check import lesson09_wordpiece as W
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -480,9 +481,9 @@ def test_correct_wordpiece_passes(impl, thorough, capsys):
 
 def test_reference_wordpiece_equals_the_tokenizer_class():
     """The function the check compares with is the algorithm of WordPieceTokenizer."""
-    tok = B.WordPieceTokenizer(sorted(L.TOY_VOCAB))
-    for word, vocab, kwargs in L._wordpiece_cases(thorough=True):
-        if vocab is L.TOY_VOCAB and not kwargs:
+    tok = B.WordPieceTokenizer(sorted(W.TOY_VOCAB))
+    for word, vocab, kwargs in W._wordpiece_cases(thorough=True):
+        if vocab is W.TOY_VOCAB and not kwargs:
             assert B.wordpiece_tokenize(word, vocab) == tok._wordpieces(word), word
 
 
@@ -605,6 +606,19 @@ def test_wordpiece_using_the_course_tokenizer_is_refused():
         check.wordpiece_tokenize(cheat)
 
 
+def test_wordpiece_using_the_tokenizer_module_itself_is_refused():
+    """The class is defined in bert_tokenizer (bert re-exports it): that path is switched off too."""
+    import transformer_lab.bert_tokenizer
+
+    def cheat(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+        tokenizer = transformer_lab.bert_tokenizer.WordPieceTokenizer
+        return tokenizer(list(vocab) + ["[PAD]", "[CLS]", "[SEP]", "[MASK]"])._wordpieces(word)
+
+    with pytest.raises(check.ImplementThisYourself):
+        check.wordpiece_tokenize(cheat)
+    assert transformer_lab.bert_tokenizer.WordPieceTokenizer is B.WordPieceTokenizer  # restored
+
+
 def test_wordpiece_using_the_tokenizers_library_is_refused_once_imported():
     tokenizers_models = pytest.importorskip("tokenizers.models")
     from tokenizers.models import WordPiece
@@ -616,7 +630,7 @@ def test_wordpiece_using_the_tokenizers_library_is_refused_once_imported():
         )
         return [t.value for t in model.tokenize(word)]
 
-    assert cheat("playing", L.TOY_VOCAB) == ["play", "##ing"]  # it would pass otherwise
+    assert cheat("playing", W.TOY_VOCAB) == ["play", "##ing"]  # it would pass otherwise
     with pytest.raises(check.ImplementThisYourself):
         check.wordpiece_tokenize(cheat)
     assert tokenizers_models.WordPiece is WordPiece  # restored
@@ -791,7 +805,7 @@ def test_visible_rules_each_have_a_case():
     ].dtype == (torch.long)
     with pytest.raises(check.CheckFailed, match="int32"):
         check.bert_mask_tokens(mask_labels_always_long)
-    assert wp_unk_hard_coded("ab", L.TOY_VOCAB) == wp_solution("ab", L.TOY_VOCAB)
+    assert wp_unk_hard_coded("ab", W.TOY_VOCAB) == wp_solution("ab", W.TOY_VOCAB)
     with pytest.raises(check.CheckFailed, match="unk_token"):
         check.wordpiece_tokenize(wp_unk_hard_coded)
     with pytest.raises(check.CheckFailed, match="max_chars_per_word"):

@@ -16,7 +16,12 @@ import torch
 
 import transformer_lab
 from transformer_lab import bart, check
-from transformer_lab.check import lesson10
+from transformer_lab.check import (
+    lesson10,
+    lesson10_permutation,
+    lesson10_properties,
+    lesson10_rotation,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written two ways each.
@@ -137,8 +142,8 @@ def test_correct_implementations_pass(name, impl, thorough, capsys):
 
 SUITES = {
     "text_infilling": lesson10._infilling_suite,
-    "sentence_permutation": lesson10._permutation_suite,
-    "document_rotation": lesson10._rotation_suite,
+    "sentence_permutation": lesson10_permutation._permutation_suite,
+    "document_rotation": lesson10_rotation._rotation_suite,
 }
 
 
@@ -286,6 +291,72 @@ def test_infilling_with_geometric_lengths_fails_the_poisson_test():
     _fails("text_infilling", geometric, "do not follow Poisson", thorough=False)
 
 
+# More spans than gaps (a short document, a large p, a small lam): two ways to get it wrong.
+
+
+def _poisson_spans(n_mask, lam, generator):
+    lengths = []
+    while sum(lengths) < n_mask:
+        k = int(torch.poisson(torch.tensor([float(lam)]), generator=generator))
+        lengths.append(min(k, n_mask - sum(lengths)))
+    return lengths
+
+
+def _walk_gaps(tokens, mask_id, n_kept, gaps, lengths):
+    span_at, out, i, toks = dict(zip(gaps, lengths)), [], 0, tokens.tolist()
+    for g in range(n_kept + 1):
+        if g in span_at:
+            out.append(mask_id)
+            i += span_at[g]
+        if g < n_kept:
+            out.append(toks[i])
+            i += 1
+    return tokens.new_tensor(out)
+
+
+def infilling_gaps_by_multinomial(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """Gaps sampled without replacement by torch.multinomial, and no fold: with more spans than
+    gaps, multinomial raises."""
+    n_mask = round(p * len(tokens))
+    if n_mask == 0:
+        return tokens.clone()
+    lengths = _poisson_spans(n_mask, lam, generator)
+    n_kept = len(tokens) - n_mask
+    picked = torch.multinomial(torch.ones(n_kept + 1), len(lengths), generator=generator)
+    return _walk_gaps(tokens, mask_id, n_kept, picked.sort().values.tolist(), lengths)
+
+
+def infilling_drops_extra_spans(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """With more spans than gaps the extra spans are dropped, and their tokens stay."""
+    n_mask = round(p * len(tokens))
+    if n_mask == 0:
+        return tokens.clone()
+    lengths = _poisson_spans(n_mask, lam, generator)
+    lengths = lengths[: len(tokens) - n_mask + 1]  # one span per gap, the rest dropped
+    n_kept = len(tokens) - sum(lengths)
+    gaps = torch.randperm(n_kept + 1, generator=generator)[: len(lengths)].sort().values
+    return _walk_gaps(tokens, mask_id, n_kept, gaps.tolist(), lengths)
+
+
+@pytest.mark.parametrize(
+    "impl,match",
+    [
+        (infilling_gaps_by_multinomial, "raised RuntimeError"),
+        (infilling_drops_extra_spans, "4 tokens were removed, but p \\* L = 9.*do not drop them"),
+    ],
+    ids=["raises", "drops"],
+)
+def test_more_spans_than_gaps_is_a_visible_case(impl, match, monkeypatch):
+    message = _fails("text_infilling", impl, match, thorough=False)
+    assert "text_infilling(tokens of length 12, mask_id=3, p=0.75, lam=0.5)" in message
+    assert "Likely mistake" not in message  # no catalogued mistake drops or refuses spans
+    # No other visible document has more spans than gaps: without this one, the mutant passes.
+    others = [case for case in lesson10._INFILL_CASES if case != lesson10.FOLD_CASE]
+    assert len(others) == len(lesson10._INFILL_CASES) - 1
+    monkeypatch.setattr(lesson10, "_INFILL_CASES", others)
+    assert check.text_infilling(impl) is None
+
+
 def test_int64_only_output_fails_on_int32_ids_with_a_clear_message():
     def always_long(tokens, mask_id, p=0.3, lam=3.0, generator=None):
         return infilling_gaps(tokens, mask_id, p, lam, generator).long()
@@ -384,12 +455,12 @@ def test_check_does_not_touch_the_global_seed():
 
 def test_binomial_bands_leave_less_than_their_level_outside():
     for n, k in [(300, 6), (600, 6), (960, 24), (1600, 4), (1750, 7)]:
-        alpha = lesson10.FALSE_FAILURE / k
-        lo, hi = lesson10.binomial_band(n, 1 / k, alpha)
-        pmf = [math.exp(lesson10._log_binom_pmf(x, n, 1 / k)) for x in range(n + 1)]
+        alpha = lesson10_properties.FALSE_FAILURE / k
+        lo, hi = lesson10_properties.binomial_band(n, 1 / k, alpha)
+        pmf = [math.exp(lesson10_properties._log_binom_pmf(x, n, 1 / k)) for x in range(n + 1)]
         outside = sum(pmf[:lo]) + sum(pmf[hi + 1 :])
         assert outside <= alpha
-        assert k * outside < lesson10.FALSE_FAILURE  # union bound over the k cells
+        assert k * outside < lesson10_properties.FALSE_FAILURE  # union bound over the k cells
         assert lo > 0  # "never came out" lies outside the band too
 
 
@@ -397,7 +468,7 @@ def test_rotation_mistakes_miss_the_band_by_far():
     """k drawn from 0..L gives k = 0 probability 2/(L+1): far outside the band, so a student's
     version of that slip (another random stream) fails too, not only our seeded mutant."""
     for L, n in [(4, 1600), (7, 1750)]:
-        lo, hi = lesson10.binomial_band(n, 1 / L, lesson10.FALSE_FAILURE / L)
+        lo, hi = lesson10_properties.binomial_band(n, 1 / L, lesson10_properties.FALSE_FAILURE / L)
         q = 2 / (L + 1)
         assert n * q - hi > 4.5 * math.sqrt(n * q * (1 - q))
 
@@ -414,7 +485,7 @@ def test_span_length_bands_have_tiny_normal_tails():
                 z = (hi - e) / sigma if sigma else math.inf
                 worst = max(worst, math.erfc(z / math.sqrt(2)))  # two-sided normal tail
                 n_bands += 1
-        assert n_bands * worst < lesson10.FALSE_FAILURE
+        assert n_bands * worst < lesson10_properties.FALSE_FAILURE
         assert all(d >= 30 for *_, d in configs)
 
 

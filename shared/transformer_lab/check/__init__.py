@@ -11,7 +11,8 @@ scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
 - ``forbid``: the built-ins and references switched off while the student's code runs;
 - ``feedback``: how a failed check looks in a notebook (a short message, the student's own frames);
 - ``lessonNN``: one module per lesson declaring its exercises (each an ``Exercise``, which is
-  its own check), their cases and their catalogued mistakes.
+  its own check), their cases and their catalogued mistakes; a lesson whose checks would pass
+  ~600 lines continues in ``lessonNN_<topic>`` modules (08, 09, 10), imported in course order.
 
 ``EXERCISES`` (also ``transformer_lab.registry.EXERCISES``) lists every exercise in course order.
 Works in plain Jupyter, Colab and under nbgrader alike; nothing here needs nbgrader.
@@ -33,7 +34,11 @@ from . import (  # noqa: F401
     lesson08_sampling,
     lesson08_kvcache,
     lesson09,
+    lesson09_wordpiece,
+    lesson09_pooling,
     lesson10,
+    lesson10_permutation,
+    lesson10_rotation,
     lesson11,
     lesson12,
     lesson13,
@@ -71,8 +76,12 @@ from .lesson07 import DecoderBlock, greedy_decode
 from .lesson08 import lm_loss, next_token_probs, practice_transformers, shift_targets
 from .lesson08_kvcache import KVCache
 from .lesson08_sampling import sample_next
-from .lesson09 import bert_mask_tokens, mean_pool, wordpiece_tokenize
-from .lesson10 import document_rotation, sentence_permutation, text_infilling
+from .lesson09 import bert_mask_tokens
+from .lesson09_pooling import mean_pool
+from .lesson09_wordpiece import wordpiece_tokenize
+from .lesson10 import text_infilling
+from .lesson10_permutation import sentence_permutation
+from .lesson10_rotation import document_rotation
 from .lesson11 import ViTEmbedding, cls_attention_map, patchify
 from .lesson12 import online_softmax, tiled_attention
 from .lesson13 import clip_loss, zero_shot_classify

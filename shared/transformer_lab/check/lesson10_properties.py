@@ -1,0 +1,207 @@
+"""What lesson 10's three checks share: a broken property, the suite that looks for them run as
+one trial, the settings ids are checked under, reproducibility, and exact binomial bands.
+
+Each noising check (``lesson10``: text_infilling, ``lesson10_permutation``: sentence_permutation,
+``lesson10_rotation``: document_rotation) is a *suite*: a function ``suite(fn, thorough, call)``
+that calls ``fn`` many times, returns the number of calls and raises ``Broken(key, message)`` at
+the first property ``fn`` breaks. ``suite_driver`` turns a suite into the exercise's
+``TrialDriver``: the student's ``Broken`` becomes the failure, and the first catalogued mistake
+whose own run breaks a property with the same key is named (a result of the wrong form, such as
+a list or the wrong dtype, names no mistake).
+
+**False failures.** A correct implementation is a random sample, so a statistical test could
+fail by chance. Every statistical test is set so that the chance of failing a correct
+implementation is under FALSE_FAILURE = 1e-7, and a check call runs at most 3 of them, so a
+correct implementation fails a call with probability < 1e-6 (tests/checks/test_lesson10.py
+recomputes the numbers).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+
+from .drivers import Finding, TrialDriver
+from .engine import available_devices
+
+__all__ = [
+    "FALSE_FAILURE",
+    "Broken",
+    "binomial_band",
+    "direct",
+    "distinct_doc",
+    "gen",
+    "id_settings",
+    "reproducible",
+    "require_ids",
+    "suite_driver",
+    "uniform_cells",
+]
+
+# The chance that a correct implementation fails one statistical test is below this.
+FALSE_FAILURE = 1e-7
+
+
+class Broken(Exception):
+    """A property the noising function breaks: `key` names the kind, `message` says what."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def direct(thunk: Callable, *_):
+    """How a suite calls a function by default (the TrialDriver passes the student's `call`: the
+    forbidden names switched off, and an exception fails the check saying which call raised)."""
+    return thunk()
+
+
+def require_ids(out, tokens: torch.Tensor, label: str) -> list[int]:
+    """The output must be a 1-D integer tensor with the input's dtype and device."""
+    if not isinstance(out, torch.Tensor):
+        raise Broken(
+            "type", f"{label} returned a {type(out).__name__}; return a 1-D tensor of token ids"
+        )
+    if out.dim() != 1:
+        raise Broken(
+            "shape", f"{label} returned shape {tuple(out.shape)}; the result must be 1-D, (L',)"
+        )
+    if out.dtype != tokens.dtype:
+        raise Broken(
+            "dtype",
+            f"{label} returned dtype {out.dtype} but the input ids have dtype {tokens.dtype} "
+            "(keep the input's dtype, e.g. build new pieces with tokens.new_tensor(...))",
+        )
+    if out.device.type != tokens.device.type:
+        raise Broken(
+            "device",
+            f"{label} returned a tensor on {out.device} but the input is on {tokens.device}",
+        )
+    return out.tolist()
+
+
+def id_settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
+    """Where the structural cases run: CPU int64; thorough adds int32 and every accelerator."""
+    if not thorough:
+        return [(torch.device("cpu"), torch.long)]
+    return [(d, dt) for d in available_devices() for dt in (torch.long, torch.int32)]
+
+
+def distinct_doc(seed: int, n: int, start: int = 10) -> torch.Tensor:
+    """n distinct ids >= start in random order: each output token has one place in the input."""
+    return torch.randperm(n, generator=gen(seed)) + start
+
+
+def reproducible(call: Callable, label: str, draw: Callable[[torch.Generator], object]) -> int:
+    """The same seed twice must give the same output (the randomness comes from `generator`)."""
+
+    def once(seed: int):
+        return call(lambda: draw(gen(seed)), label)
+
+    for seed in (11, 12):
+        a, b = once(seed), once(seed)
+        if not torch.equal(a, b):
+            raise Broken(
+                "generator",
+                f"{label} gave two different results for two generators with the same seed "
+                f"({a.tolist()} and {b.tolist()}): draw every random number from `generator`",
+            )
+    return 4
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact binomial bands (for counts of independent events).
+
+
+def _log_binom_pmf(k: int, n: int, q: float) -> float:
+    if q <= 0.0:
+        return 0.0 if k == 0 else -math.inf
+    if q >= 1.0:
+        return 0.0 if k == n else -math.inf
+    return (
+        math.lgamma(n + 1)
+        - math.lgamma(k + 1)
+        - math.lgamma(n - k + 1)
+        + k * math.log(q)
+        + (n - k) * math.log1p(-q)
+    )
+
+
+@functools.cache
+def binomial_band(n: int, q: float, alpha: float) -> tuple[int, int]:
+    """The widest (lo, hi) with P(X < lo) <= alpha/2 and P(X > hi) <= alpha/2, X ~ Bin(n, q)."""
+    pmf = [math.exp(_log_binom_pmf(k, n, q)) for k in range(n + 1)]
+    lo, below = 0, 0.0
+    while lo <= n and below + pmf[lo] <= alpha / 2:
+        below += pmf[lo]
+        lo += 1
+    hi, above = n, 0.0
+    while hi >= 0 and above + pmf[hi] <= alpha / 2:
+        above += pmf[hi]
+        hi -= 1
+    return lo, hi
+
+
+def uniform_cells(counts: Counter, cells: list, n: int, what: str, label: str, zero_key, key):
+    """Every cell of a uniform distribution must come out, within its exact binomial band.
+
+    Each of the k cells is Binomial(n, 1/k); with a band of level FALSE_FAILURE / k per cell, a
+    union bound puts the chance that a correct implementation fails under FALSE_FAILURE.
+    """
+    k = len(cells)
+    lo, hi = binomial_band(n, 1.0 / k, FALSE_FAILURE / k)
+    table = ", ".join(f"{c}: {counts.get(c, 0)}" for c in cells)
+    for cell in cells:
+        if counts.get(cell, 0) == 0:
+            raise Broken(
+                zero_key(cell),
+                f"{label}: over {n} seeded calls {what} {cell} never came out, though each of "
+                f"the {k} should come out about {n / k:.0f} times ({table})",
+            )
+    for cell in cells:
+        if not lo <= counts.get(cell, 0) <= hi:
+            raise Broken(
+                key,
+                f"{label}: over {n} seeded calls the {k} possible {what}s are not equally "
+                f"likely: each should come out {lo}..{hi} times, got {table}",
+            )
+
+
+_FORM_KEYS = ("type", "shape", "dtype", "device")  # a result of the wrong form names no mistake
+
+
+def _suite_trial(suite: Callable) -> Callable:
+    """The TrialDriver trial of a whole suite (its one case is `thorough`): the number of calls it
+    made, or a Finding tagged with the property broken. A catalogued mistake whose own run of the
+    suite breaks the same property first is named."""
+
+    def trial(impl: Callable, thorough: bool, _setting, call: Callable):
+        cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        # generator=None cases draw from the global generator: leave it as it was
+        with torch.random.fork_rng(devices=cuda):
+            try:
+                return suite(impl, thorough, call)
+            except Broken as broken:
+                return Finding(broken.message, tag=broken.key, evidence=broken.key)
+
+    return trial
+
+
+def _whole_suite(thorough: bool) -> list[bool]:
+    return [thorough]
+
+
+def _nameable(student_key: str, _mistake_key: str) -> bool:
+    return student_key not in _FORM_KEYS
+
+
+def suite_driver(suite: Callable, covered: str) -> TrialDriver:
+    return TrialDriver(_whole_suite, _suite_trial(suite), covered=covered, matches=_nameable)

@@ -192,9 +192,9 @@ def verify(
     grade id or cell id, `cell_timeout` for the others, and the notebook's timeout budget, see
     `cell_limits.TimeoutBudget`); kernel_timeouts: grade ids or cell ids of the cells that hit
     their limit in nbgrader's kernel (they get the short limit here at once); fork: make the
-    children by forking this
-    process (which must have imported torch and the checks and run no thread: the grading job)
-    instead of starting `python -I` (which imports them again in every child).
+    children by forking this process (which must have imported torch and the checks and run no
+    thread: the grading job) instead of starting `python -I` (which imports them again in every
+    child).
 
     Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str]}.
     """

@@ -494,3 +494,45 @@ def test_a_loop_that_many_cells_run_costs_the_budget_not_the_limit_per_cell(deri
     # the re-check: 5 x 2 s of timeouts at most, against >= 50 s of them before
     assert record["timings"]["recheck"] < 40, record["timings"]
     assert record["seconds"] < BOUND, record["seconds"]
+
+
+STARTS: list[float] = []  # when nbclient asked each cell's limit (outside the copied config)
+
+
+class _TimedKernelLimits(cell_limits.KernelLimits):
+    def __call__(self, cell, index=None):
+        STARTS.append(time.monotonic())
+        return super().__call__(cell, index)
+
+
+@pytest.mark.slow
+def test_nbgraders_kernel_run_applies_the_budget(monkeypatch):
+    """nbgrader's Execute preprocessor (as `autograde` configures it: the timeout_func goes
+    through traitlets' config, which copies it) with 4 looping cells: 1 s, 0.5 s (what is left
+    of the 1.5 s budget), then 0.2 s each, and the cell after them runs."""
+    from nbgrader.preprocessors import Execute
+    from traitlets.config import Config
+
+    monkeypatch.setattr(cell_limits, "SHORT_FLOOR", 0.2)
+    limits = cell_limits.derive({}, 1.0, 20.0, 1.5)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell("while True:\n    pass") for _ in range(4)]
+    nb.cells.append(nbformat.v4.new_code_cell("print('after the loops')"))
+    config = Config()
+    config.Execute.timeout_func = _TimedKernelLimits(limits)
+    config.Execute.iopub_timeout = 60
+    STARTS.clear()
+    Execute(config=config).preprocess(nb, {"metadata": {"path": "."}})
+    took = [b - a for a, b in zip(STARTS, STARTS[1:])]
+    assert [cell_limits.hit_its_limit(c) for c in nb.cells] == [True] * 4 + [False]
+    assert "after the loops" in nb.cells[-1].outputs[0]["text"]
+    for seconds, limit in zip(took, [1.0, 0.5, 0.2, 0.2]):
+        assert limit <= seconds < limit + 2.0, took
+    assert max(took[2:4]) < 1.0 and sum(took) < 3.9, took  # without the budget: 4 x 1 s
+    replay = cell_limits.KernelLimits(limits)
+    assert list(replay.replay(nb.cells).values()) == [1.0, 0.5, 0.2, 0.2, 0.2]

@@ -84,8 +84,15 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
             if gid in cells:
                 outputs[gid] = output
         if kernel is not None and kernel.budget.note():
-            notes.append(kernel.budget.note())
+            _note_after(notes, f"cell {kernel.budget.spent_at} hit", kernel.budget.note())
     return scores, outputs, notes
+
+
+def _note_after(notes: list[str], start: str, note: str) -> None:
+    """Insert `note` after the first note starting with `start` (a long reason is cut at its
+    end), else at the end."""
+    where = next((i + 1 for i, n in enumerate(notes) if n.startswith(start)), len(notes))
+    notes.insert(where, note)
 
 
 def _autograded(course: Path, spec: dict, name: str) -> Path:

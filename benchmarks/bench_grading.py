@@ -6,6 +6,8 @@
     .venv/bin/python benchmarks/bench_grading.py --cost [--lessons 02_qkv_attention 03_...]
     .venv/bin/python benchmarks/bench_grading.py --breakdown [--lesson 02_qkv_attention]
     .venv/bin/python benchmarks/bench_grading.py --hang [--lesson 02_qkv_attention]
+    .venv/bin/python benchmarks/bench_grading.py --hang-budget [--lesson 02_qkv_attention]
+    .venv/bin/python benchmarks/bench_grading.py --merge 1000
 
 --cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
 (grading settings: quick mode, one thread) and the grading of that notebook as one student's
@@ -13,7 +15,10 @@ submission (sandbox, nbgrader, clean re-check, record, CSV, gradebook merge), wi
 set-up (reference times, base gradebook) cached as in a class; prints the ratio.
 --breakdown: where one graded notebook's time goes (the job's own phases, and the parts it is
 made of, each timed alone). --hang: the cost of a hanging, a looping and a graded-function-looping
-student with the derived per-cell limits.
+student with the derived per-cell limits. --hang-budget: the honest student and the one whose
+graded function loops, graded with the notebook's timeout budget and without it (the limits
+before it), side by side. --merge N: merging N synthetic records into the course gradebook, the
+record-by-record merge (tests/grading/test_merge.py's oracle) against the one-pass merge.
 
 
 Each round grades N copies of the lesson's solution notebook in a fresh temporary copy of the
@@ -553,6 +558,118 @@ def hang(lesson: str) -> None:
             )
 
 
+def _without_budget(grader_class):
+    """The Grader's derived limits with the timeout budget taken off (the limits before it)."""
+    import dataclasses
+
+    derive = grader_class._derive_limits
+
+    def no_budget(self):
+        limits = derive(self)
+        return dataclasses.replace(limits, short={}, short_default=None, budget=None)
+
+    return no_budget
+
+
+def hang_budget(lesson: str) -> None:
+    """The honest student and the one whose graded function loops, with and without the timeout
+    budget, alternating in one run (each its own `grade` call, caches warm)."""
+    import nbformat
+
+    notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+    solution = nbformat.read(notebook, as_version=4)
+    looping = nbformat.from_dict(solution)
+    for cell in looping.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+        if cell.cell_type == "code" and grade_id.endswith("solution") and "def " in cell.source:
+            head, _, rest = cell.source.partition("def ")
+            name_line, _, body = rest.partition("\n")
+            cell.source = f"{head}def {name_line}\n    while True:\n        pass\n{body}"
+            looped = grade_id
+            break
+    print(f"lesson {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
+    print("| student | limits | wall (s) | CPU (s) | score | reason |")
+    print("|---|---|---|---|---|---|")
+    budgeted = grade.Grader._derive_limits
+    with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
+        tmp = Path(tmp)
+        course = _prepared_course(tmp, lesson)
+        rows = [
+            ("honest", solution, "budget"),
+            ("honest", solution, "no budget"),
+            (f"loops in {looped}", looping, "budget"),
+            (f"loops in {looped}", looping, "no budget"),
+        ]
+        for i, (label, nb, mode) in enumerate(rows):
+            grade.Grader._derive_limits = (
+                budgeted if mode == "budget" else _without_budget(grade.Grader)
+            )
+            try:
+                subs = _submit(tmp, lesson, f"s{i:03d}", nb)
+                records, wall, cpu = _timed(grade.grade, course, lesson, subs, quiet=True)
+            finally:
+                grade.Grader._derive_limits = budgeted
+            r = next(r for r in records if r["student"] == f"s{i:03d}")
+            print(
+                f"| {label} | {mode} | {wall:.1f} | {cpu:.1f} | "
+                f"{r['score']:g}/{r['max_score']:g} | {r['reason'] or ''} |",
+                flush=True,
+            )
+
+
+def _merge_oracle():
+    """The record-by-record merge, from tests/grading/test_merge.py (kept there as the oracle)."""
+    import importlib.util
+
+    path = REPO / "tests" / "grading" / "test_merge.py"
+    spec = importlib.util.spec_from_file_location("merge_oracle", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool = False) -> None:
+    """Merging `students` synthetic records into the gradebook: record by record (before)
+    against one pass (now), each into its own copy of one course, side by side, three rounds:
+    every student new; the same records again; a tenth of them changed (`new_only`: the one-pass
+    merge alone, for class sizes where the old one would take an hour)."""
+    oracle = _merge_oracle()
+    print(f"{students} records of {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
+    print(
+        "| round | record by record: wall (s) | CPU (s) | one pass: wall (s) | CPU (s) "
+        "| speed-up (wall) | same rows |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
+        tmp = Path(tmp)
+        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+        nbgrader_app.gradebook_assignments(course)  # nbgrader's imports, before the clocks
+        old, new = tmp / "old", tmp / "new"
+        shutil.copytree(course, old)
+        shutil.copytree(course, new)
+        names = [f"s{i:05d}" for i in range(students)]
+        records = oracle.synthetic_records(course, names, seed=1)
+        changed = oracle.synthetic_records(course, names[: max(students // 10, 1)], seed=2)
+        rounds = [
+            ("every student new", records),
+            ("the same records again", records),
+            ("a tenth changed", changed + records[len(changed) :]),
+        ]
+        for label, batch in rounds:
+            if not new_only:
+                _, o_wall, o_cpu = _timed(oracle.merge_one_by_one, old, batch)
+            _, n_wall, n_cpu = _timed(nbgrader_app.merge_into_gradebook, new, batch)
+            if new_only:
+                before, speedup, same = "- | -", "-", "-"
+            else:
+                before, speedup = f"{o_wall:.2f} | {o_cpu:.2f}", f"{o_wall / n_wall:.0f}x"
+                same = "yes" if oracle.gradebook_rows(old) == oracle.gradebook_rows(new) else "NO"
+            print(
+                f"| {label} | {before} | {n_wall:.2f} | {n_cpu:.2f} | {speedup} | {same} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -567,7 +684,18 @@ def main() -> None:
     parser.add_argument("--lessons", nargs="*", help="for --cost (default: every lesson)")
     parser.add_argument("--breakdown", action="store_true", help="where one notebook's time goes")
     parser.add_argument("--hang", action="store_true", help="hanging and looping students")
+    parser.add_argument(
+        "--hang-budget", action="store_true", help="a looping student with and without the budget"
+    )
+    parser.add_argument("--merge", type=int, metavar="N", help="merge N records: before/after")
+    parser.add_argument("--new-only", action="store_true", help="--merge: the one-pass merge only")
     args = parser.parse_args()
+    if args.hang_budget:
+        hang_budget(args.lesson)
+        return
+    if args.merge:
+        merge_cost(args.merge, args.lesson, new_only=args.new_only)
+        return
     if args.cost:
         every = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
         cost(args.lessons or every)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -227,10 +228,17 @@ def derived_run(tmp_path_factory):
     assert FORWARD in cell.source
     cell.source = cell.source.replace(FORWARD, "        while True:\n            pass\n" + FORWARD)
     released = nbformat.read(REPO / "exercises" / LESSON / NAME, as_version=4)
+    many = nbformat.from_dict(graded_loop)  # the student tries the looping layer in 4 cells
+    where = next(i for i, c in enumerate(many.cells) if c.get("id") == "self-attention-solution")
+    for k in range(TRIES):
+        tried = nbformat.v4.new_code_cell("SelfAttention(8)(torch.randn(1, 3, 8))")
+        tried["id"] = f"try-{k}"
+        many.cells.insert(where + 1 + k, tried)
     cases = {
         "hangs": _insert_after(_solution(), "setup", "import time\ntime.sleep(10**6)"),
         "loops": _insert_after(_solution(), "setup", "while True:\n    pass"),
         "loop_in_graded_function": graded_loop,
+        "loop_in_many_cells": many,
         "plants_modules": _insert_after(released, "setup", _planter()),
     }
     submissions = tmp_path_factory.mktemp("subs")
@@ -253,6 +261,7 @@ def derived_run(tmp_path_factory):
     }
 
 
+TRIES = 4
 BOUND = 150.0  # seconds per student: generous (2 busy cores); the benchmark measures the cost
 
 
@@ -288,3 +297,246 @@ def test_modules_planted_in_the_job_folder_never_run_in_the_job(derived_run):
     record = derived_run["records"]["plants_modules"]
     assert (record["status"], record["score"]) == ("graded", 0.0), record
     assert "NotImplementedError" in record["cells"]["sdpa-test"]["output"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The timeout budget per notebook (unit half), with mutants.
+
+
+def _cell(cell_id: str, grade_id: str | None = None) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell("f()")
+    cell["id"] = cell_id
+    if grade_id:
+        cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": True, "points": 1}
+    return cell
+
+
+def _execute(kernel, cells, loops) -> list[float]:
+    """What nbclient does with `timeout_func` over `cells`: ask each cell's limit just before
+    running it; a cell in `loops` runs until stopped (nbgrader's CellTimeoutError output)."""
+    given = []
+    for cell in cells:
+        limit = kernel(cell)
+        given.append(limit)
+        cell.outputs = []
+        if cell["id"] in loops:
+            cell.outputs = [nbformat.v4.new_output("error", ename="CellTimeoutError", evalue="")]
+    return given
+
+
+def _limits_with_budget():
+    """floor 10, factor 20, budget 20: 'slow' needs 3 s (full 60 s, short 9 s)."""
+    return cell_limits.derive({"slow": 3.0, "a": 0.01, "b": 0.01}, 10.0, 20.0, 20.0)
+
+
+def _follows_the_budget(budget_class) -> bool:
+    """No timeout: full limits (a slow honest cell keeps its 60 s). After a timeout: at most
+    what is left of the budget. Budget spent: the short limits (2 s, or 3 x reference)."""
+    limits = _limits_with_budget()
+
+    def kernel():
+        made = cell_limits.KernelLimits(limits)
+        made.budget = budget_class(limits.budget)
+        return made
+
+    honest = _execute(kernel(), [_cell("a"), _cell("slow"), _cell("b")], loops=set())
+    names = ["a", "b", "x", "y", "slow", "z"]
+    looping = _execute(kernel(), [_cell(n) for n in names], loops={"a", "b", "x", "y", "z"})
+    one = _execute(kernel(), [_cell("a"), _cell("slow"), _cell("b")], loops={"a"})
+    return (
+        honest == [10.0, 60.0, 10.0]
+        and looping == [10.0, 10.0, 2.0, 2.0, 9.0, 2.0]
+        and one == [10.0, 10.0, 10.0]
+    )
+
+
+class _NeverApplied(cell_limits.TimeoutBudget):
+    def limit(self, full, short):
+        return full
+
+
+class _AppliedBeforeAnyTimeout(cell_limits.TimeoutBudget):
+    def limit(self, full, short):
+        return min(full, max(short, self.seconds - self.spent))
+
+
+class _ShortAtOnce(cell_limits.TimeoutBudget):
+    def limit(self, full, short):
+        return short if self.hits else full
+
+
+BUDGET_MUTANTS = {
+    "budget never applied": _NeverApplied,
+    "applied before any timeout": _AppliedBeforeAnyTimeout,
+    "short limit after the first timeout": _ShortAtOnce,
+}
+
+
+def test_the_timeout_budget_shrinks_later_limits_only_after_timeouts():
+    assert _follows_the_budget(cell_limits.TimeoutBudget)
+
+
+@pytest.mark.parametrize("mutant", sorted(BUDGET_MUTANTS))
+def test_a_wrong_budget_is_caught(mutant):
+    assert not _follows_the_budget(BUDGET_MUTANTS[mutant])
+
+
+def test_derived_short_limits_and_fixed_limits_have_no_budget():
+    limits = _limits_with_budget()
+    assert limits.pair("slow", None) == (60.0, 9.0)
+    assert limits.pair(None, "a") == (10.0, 2.0)
+    assert limits.pair(None, "student-9") == (10.0, 2.0)
+    fixed = cell_limits.fixed(7)
+    looping = _execute(cell_limits.KernelLimits(fixed), [_cell(n) for n in "abcd"], set("abcd"))
+    assert looping == [7.0] * 4  # an instructor's --cell-timeout keeps its meaning
+    assert cell_limits.CellLimits.from_json(limits.to_json()) == limits
+    with pytest.raises(ValueError, match="positive"):
+        cell_limits.derive({"a": 1.0}, 10.0, 20.0, 0.0)
+
+
+def test_the_record_replays_the_kernels_limits_and_names_the_budget():
+    limits = _limits_with_budget()
+    cells = [_cell("a", "a-test"), _cell("b"), _cell("x"), _cell("slow")]
+    live = _execute(cell_limits.KernelLimits(limits), cells, loops={"a", "b", "x"})
+    markdown = nbformat.v4.new_markdown_cell("text")
+    empty = nbformat.v4.new_code_cell("  ")  # nbclient neither runs it nor asks its limit
+    replay = cell_limits.KernelLimits(limits)
+    given = replay.replay([markdown, *cells[:2], empty, *cells[2:]])
+    assert list(given.values()) == live == [10.0, 10.0, 2.0, 9.0]
+    assert replay.budget.hits == [("a-test", 10.0), ("3 (id b)", 10.0), ("5 (id x)", 2.0)]
+    note = replay.budget.note()
+    assert note.startswith("the notebook's timeout budget (20 s) was spent by cell 3 (id b)")
+
+
+def test_the_recheck_child_spends_the_same_budget_as_the_parent_counts(monkeypatch):
+    """The child's cells under the budget (really looping), and the parent's replay of them."""
+    from transformer_lab.instructor import verify, verify_child
+
+    monkeypatch.setattr(cell_limits, "SHORT_FLOOR", 0.2)  # a budget of seconds, not minutes
+    limits = cell_limits.derive({"a": 0.05, "b": 0.05, "c": 0.05, "d": 0.01}, 1.0, 20.0, 1.5)
+    nb = {"cells": [{"cell_type": "code", "id": n, "metadata": {}} for n in "abcd"]}
+    code = [(0, "while True: pass"), (1, "while True: pass"), (2, "while True: pass")]
+    code.append((3, "done = 1"))
+    recheck = verify.RecheckLimits(nb, limits, None)
+    spec = recheck.child_spec(code)
+    assert [c[2:] for c in spec["cells"]] == [[1.0, 0.2], [1.0, 0.2], [1.0, 0.2], [1.0, 0.2]]
+    import matplotlib.pyplot  # noqa: F401 - run_cells closes figures at the end: not timed here
+
+    handler = signal.getsignal(signal.SIGALRM)
+    start = time.monotonic()
+    try:
+        ns, errors = verify_child.run_cells({**spec, "cell_timeout": None})
+    finally:
+        signal.signal(signal.SIGALRM, handler)  # run_cells sets its own, as the child does
+    spent = time.monotonic() - start
+    assert ns["done"] == 1 and sorted(errors) == ["0", "1", "2"]
+    assert [errors[k] for k in "012"] == [
+        f"{verify_child.CELL_TIMED_OUT}{s} s" for s in ("1", "0.5", "0.2")
+    ]
+    assert 1.6 < spent < 2.9  # 1 + 0.5 + 0.2 s, not 3 x 1 s
+    recheck.learn_from_child(code, {int(k): v for k, v in errors.items()})
+    assert recheck.budget.spent == pytest.approx(1.7) and recheck.budget.is_spent
+    assert recheck.test_limit("a-test") == (0.2, 1.0)  # the tests get the short limit now
+    again = recheck.child_spec(code)  # a restarted child: the cells that looped start short
+    assert [c[2:] for c in again["cells"][:3]] == [[0.2, 0.2]] * 3
+    assert [list(h) for h in again["budget"]["hits"]] == [["1", 1.0], ["2", 0.5], ["3", 0.2]]
+
+
+def test_the_recheck_gives_cells_that_hit_their_limit_in_the_kernel_the_short_limit():
+    from transformer_lab.instructor import verify
+
+    limits = _limits_with_budget()
+    nb = {"cells": [{"cell_type": "code", "id": n, "metadata": {}} for n in ("a", "slow")]}
+    recheck = verify.RecheckLimits(nb, limits, None, kernel_timeouts={"a", "sdpa-test"})
+    assert [c[2:] for c in recheck.child_spec([(0, "x"), (1, "y")])["cells"]] == [
+        [2.0, 2.0],
+        [60.0, 9.0],
+    ]
+    assert recheck.test_limit("sdpa-test") == (2.0, 2.0)
+    assert recheck.test_limit("other-test") == (10.0, 10.0)  # nothing timed out here yet
+    fixed = verify.RecheckLimits(nb, cell_limits.fixed(7), None, kernel_timeouts={"a"})
+    assert fixed.child_spec([(0, "x")])["cells"][0][2:] == [7.0, 7.0]
+
+
+def test_the_budget_comes_from_the_course_settings_or_the_override(
+    small_course, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(cell_limits, "time_cells", lambda p, env, timeout=600.0: {"slow": 1.0})
+    assert _grader(small_course, tmp_path)._derive_limits().budget == cell_limits.BUDGET
+    assert _grader(small_course, tmp_path, cell_budget=5)._derive_limits().budget == 5.0
+    assert _grader(small_course, tmp_path, cell_timeout=7)._derive_limits().budget is None
+    (small_course / "autograder" / "cell_limits.json").write_text('{"budget": 45}')
+    assert _grader(small_course, tmp_path)._derive_limits().budget == 45.0
+    (small_course / "autograder" / "cell_limits.json").write_text('{"budget": -1}')
+    with pytest.raises(SystemExit, match="positive"):
+        _grader(small_course, tmp_path)._derive_limits()
+
+
+@pytest.mark.slow
+def test_a_loop_that_many_cells_run_costs_the_budget_not_the_limit_per_cell(derived_run):
+    """A looping SelfAttention called by 4 scratch cells and the test: the first two timeouts
+    get the full 10 s, the rest the short limit; the re-check gives all of them the short limit
+    at once (they hit their limit in the kernel). Before: 10 s each, in the kernel and again in
+    the re-check (>= 100 s of waiting). The sdpa exercise keeps its points."""
+    record = derived_run["records"]["loop_in_many_cells"]
+    limits = derived_run["limits"]
+    assert (record["status"], record["score"]) == ("graded", 5.0), record
+    assert record["cells"]["sdpa-test"]["passed"], record
+    assert not [f for f in record["flags"] if "withheld" in f or "tampering" in f], record["flags"]
+    named = re.findall(r"cell (.+?) hit the per-cell timeout of ([\d.]+) s", record["reason"])
+    cells = [cell for cell, _ in named]
+    given = [float(limit) for _, limit in named]
+    assert len(cells) == TRIES + 1 and cells[-1] == "self-attention-test", record["reason"]
+    assert given[:2] == [limits.default] * 2, record["reason"]
+    short = limits.pair("self-attention-test", None)[1]
+    assert given[2:] == [2.0] * (TRIES - 2) + [short], record["reason"]
+    assert sum(given) <= limits.budget + TRIES * short < (TRIES + 1) * limits.default
+    spent = f"the notebook's timeout budget ({limits.budget:g} s) was spent by cell {cells[1]}"
+    notes = record["reason"].split("; ")
+    assert notes[2].startswith(spent), notes  # right after that cell's note: never cut off
+    assert derived_run["csv"]["loop_in_many_cells"]["reason"] == record["reason"]
+    # the re-check: 5 x 2 s of timeouts at most, against >= 50 s of them before
+    assert record["timings"]["recheck"] < 40, record["timings"]
+    assert record["seconds"] < BOUND, record["seconds"]
+
+
+STARTS: list[float] = []  # when nbclient asked each cell's limit (outside the copied config)
+
+
+class _TimedKernelLimits(cell_limits.KernelLimits):
+    def __call__(self, cell, index=None):
+        STARTS.append(time.monotonic())
+        return super().__call__(cell, index)
+
+
+@pytest.mark.slow
+def test_nbgraders_kernel_run_applies_the_budget(monkeypatch):
+    """nbgrader's Execute preprocessor (as `autograde` configures it: the timeout_func goes
+    through traitlets' config, which copies it) with 4 looping cells: 1 s, 0.5 s (what is left
+    of the 1.5 s budget), then 0.2 s each, and the cell after them runs."""
+    from nbgrader.preprocessors import Execute
+    from traitlets.config import Config
+
+    monkeypatch.setattr(cell_limits, "SHORT_FLOOR", 0.2)
+    limits = cell_limits.derive({}, 1.0, 20.0, 1.5)
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nb.cells = [nbformat.v4.new_code_cell("while True:\n    pass") for _ in range(4)]
+    nb.cells.append(nbformat.v4.new_code_cell("print('after the loops')"))
+    config = Config()
+    config.Execute.timeout_func = _TimedKernelLimits(limits)
+    config.Execute.iopub_timeout = 60
+    STARTS.clear()
+    Execute(config=config).preprocess(nb, {"metadata": {"path": "."}})
+    took = [b - a for a, b in zip(STARTS, STARTS[1:])]
+    assert [cell_limits.hit_its_limit(c) for c in nb.cells] == [True] * 4 + [False]
+    assert "after the loops" in nb.cells[-1].outputs[0]["text"]
+    for seconds, limit in zip(took, [1.0, 0.5, 0.2, 0.2]):
+        assert limit <= seconds < limit + 2.0, took
+    assert max(took[2:4]) < 1.0 and sum(took) < 3.9, took  # without the budget: 4 x 1 s
+    replay = cell_limits.KernelLimits(limits)
+    assert list(replay.replay(nb.cells).values()) == [1.0, 0.5, 0.2, 0.2, 0.2]

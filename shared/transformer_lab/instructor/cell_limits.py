@@ -15,6 +15,16 @@ with nbclient. They are cached in `<course>/autograder/work/cell_times/<assignme
 the SHA-256 of the source notebooks and the quick-mode flag: a class graded in several runs (or a
 resumed run) measures once; an edited solution is measured again. The cache sits beside the
 gradebook, which no grading job ever sees.
+
+A timeout budget per notebook. A loop inside a graded function that many cells call would cost
+the limit once per such cell, in nbgrader's kernel and again in the clean re-check. So each of the
+two executions of a notebook keeps a `TimeoutBudget`: until a cell hits its limit every cell gets
+its full limit (an honest but slow notebook is never shortened); after that a cell gets at most
+what is left of the budget (`budget` = 20 s, `autograder/cell_limits.json` {"budget": s}), and
+once the budget is spent a *short* limit, max(2 s, 3 x the reference's time). What a notebook's
+looping cells cost is then at most max(first limit, budget) + cells x short limit per execution.
+The re-check also gives the short limit at once to every cell that hit its limit in the kernel.
+Fixed limits (`--cell-timeout`, or the fallback when the reference cannot be timed) have no budget.
 """
 
 from __future__ import annotations
@@ -27,27 +37,38 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-
 FLOOR = 10.0
 FACTOR = 20.0
 FALLBACK = 240.0  # every cell's limit when the reference solution cannot be timed
+BUDGET = 20.0  # seconds a notebook may spend in cells that hit their limit before limits shrink
+SHORT_FLOOR = 2.0  # once the budget is spent: max(SHORT_FLOOR, SHORT_FACTOR x reference time)
+SHORT_FACTOR = 3.0
 CONFIG = "cell_limits.json"
+SETTINGS = ("floor", "factor", "budget")
+TIMEOUT_ENAME = "CellTimeoutError"  # nbclient's error when it stopped a cell at its limit
 
 
 @dataclasses.dataclass
 class CellLimits:
-    """{grade id or cell id: seconds}, and the limit of a cell the reference does not have."""
+    """{grade id or cell id: seconds}, and the limit of a cell the reference does not have; the
+    short limits that apply once the notebook's timeout `budget` is spent (None: no budget)."""
 
     seconds: dict[str, float]
     default: float
+    short: dict[str, float] = dataclasses.field(default_factory=dict)
+    short_default: float | None = None
+    budget: float | None = None
 
     def for_ids(self, grade_id: str | None, cell_id: str | None) -> float:
-        if grade_id and grade_id in self.seconds:
-            return self.seconds[grade_id]
-        if cell_id and cell_id in self.seconds:
-            return self.seconds[cell_id]
-        return self.default
+        return _lookup(self.seconds, grade_id, cell_id, self.default)
+
+    def pair(self, grade_id: str | None, cell_id: str | None) -> tuple[float, float]:
+        """(full limit, short limit) of a cell; without a budget both are the full limit."""
+        full = self.for_ids(grade_id, cell_id)
+        if self.budget is None:
+            return full, full
+        short = _lookup(self.short, grade_id, cell_id, self.short_default or full)
+        return full, min(full, short)
 
     def __call__(self, cell) -> float:
         """nbclient's `timeout_func`: the limit of one notebook cell."""
@@ -55,32 +76,72 @@ class CellLimits:
         return self.for_ids(meta.get("grade_id"), cell.get("id"))
 
     def to_json(self) -> dict:
-        return {"seconds": self.seconds, "default": self.default}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict | None) -> CellLimits | None:
         if not data:
             return None
-        return cls({str(k): float(v) for k, v in data["seconds"].items()}, float(data["default"]))
+
+        def seconds(table):
+            return {str(k): float(v) for k, v in (table or {}).items()}
+
+        def number(value):
+            return None if value is None else float(value)
+
+        return cls(
+            seconds(data["seconds"]),
+            float(data["default"]),
+            seconds(data.get("short")),
+            number(data.get("short_default")),
+            number(data.get("budget")),
+        )
+
+
+def _lookup(table: dict[str, float], grade_id, cell_id, default: float) -> float:
+    if grade_id and grade_id in table:
+        return table[grade_id]
+    if cell_id and cell_id in table:
+        return table[cell_id]
+    return default
 
 
 def fixed(seconds: float) -> CellLimits:
-    """The instructor's override: the same limit for every cell."""
+    """The instructor's override: the same limit for every cell (no budget)."""
     if not seconds or seconds <= 0:
         raise ValueError(f"a cell time limit must be positive, not {seconds!r}")
     return CellLimits({}, float(seconds))
 
 
-def derive(times: dict[str, float], floor: float = FLOOR, factor: float = FACTOR) -> CellLimits:
-    """max(floor, factor x reference time) for every reference cell; the floor for the rest."""
+def derive(
+    times: dict[str, float],
+    floor: float = FLOOR,
+    factor: float = FACTOR,
+    budget: float | None = BUDGET,
+) -> CellLimits:
+    """max(floor, factor x reference time) for every reference cell; the floor for the rest;
+    once `budget` is spent: max(SHORT_FLOOR, SHORT_FACTOR x reference time), never above the
+    full limit (budget None: none)."""
     if floor <= 0 or factor <= 0:
         raise ValueError(f"floor and factor must be positive (floor {floor!r}, factor {factor!r})")
-    seconds = {key: max(floor, factor * t) for key, t in times.items()}
-    return CellLimits({k: round(v, 1) for k, v in seconds.items()}, float(floor))
+    if budget is not None and budget <= 0:
+        raise ValueError(f"the timeout budget must be positive, not {budget!r}")
+    full = {key: round(max(floor, factor * t), 1) for key, t in times.items()}
+    short = {
+        key: min(full[key], round(max(SHORT_FLOOR, SHORT_FACTOR * t), 1))
+        for key, t in times.items()
+    }
+    return CellLimits(
+        full,
+        float(floor),
+        short if budget is not None else {},
+        min(float(floor), SHORT_FLOOR) if budget is not None else None,
+        None if budget is None else float(budget),
+    )
 
 
 def course_settings(course: Path) -> dict[str, float]:
-    """The course's floor and factor (`autograder/cell_limits.json`), if it sets them."""
+    """The course's floor, factor and budget (`autograder/cell_limits.json`), if it sets them."""
     path = Path(course) / "autograder" / CONFIG
     if not path.is_file():
         return {}
@@ -88,15 +149,133 @@ def course_settings(course: Path) -> dict[str, float]:
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise TypeError("not a JSON object")
-        out = {k: float(data[k]) for k in ("floor", "factor") if k in data}
+        out = {k: float(data[k]) for k in SETTINGS if k in data}
+        if any(v <= 0 for v in out.values()):
+            raise ValueError("every value must be positive")
     except (ValueError, TypeError) as error:
         raise SystemExit(
-            f"{path}: expected {{'floor': seconds, 'factor': number}} ({error})"
+            f"{path}: expected {{'floor': seconds, 'factor': number, 'budget': seconds}} ({error})"
         ) from None
-    unknown = set(data) - {"floor", "factor"}
+    unknown = set(data) - set(SETTINGS)
     if unknown:
-        raise SystemExit(f"{path}: unknown keys {sorted(unknown)} (floor, factor)")
+        raise SystemExit(f"{path}: unknown keys {sorted(unknown)} ({', '.join(SETTINGS)})")
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The timeout budget of one execution of a notebook.
+
+
+@dataclasses.dataclass
+class TimeoutBudget:
+    """What one execution of a notebook spent in cells that hit their limit, and so the limit
+    of its next cell: the full limit until a cell hits its limit, then at most what is left of
+    the budget, and once the budget is spent the short limit. `seconds` None: no budget."""
+
+    seconds: float | None
+    spent: float = 0.0
+    hits: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    spent_at: str | None = None  # the cell whose timeout spent the budget
+
+    def limit(self, full: float, short: float) -> float:
+        if self.seconds is None or not self.hits:
+            return full
+        return min(full, max(short, self.seconds - self.spent))
+
+    def charge(self, cell: str, limit: float) -> None:
+        """`cell` ran its whole `limit` and was stopped."""
+        self.hits.append((cell, float(limit)))
+        self.spent += float(limit)
+        if self.spent_at is None and self.is_spent:
+            self.spent_at = cell
+
+    @property
+    def is_spent(self) -> bool:
+        return self.seconds is not None and self.spent >= self.seconds
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> TimeoutBudget:
+        data = data or {}
+        seconds = data.get("seconds")
+        budget = cls(None if seconds is None else float(seconds))
+        for cell, limit in data.get("hits", []):
+            budget.charge(str(cell), float(limit))
+        return budget
+
+    def note(self) -> str | None:
+        """The reason's words once the budget is spent."""
+        if self.spent_at is None:
+            return None
+        return (
+            f"the notebook's timeout budget ({self.seconds:g} s) was spent by cell "
+            f"{self.spent_at}: later cells got max({SHORT_FLOOR:g} s, {SHORT_FACTOR:g} x the "
+            "reference solution's time)"
+        )
+
+
+def runs_in_nbclient(cell) -> bool:
+    """nbclient executes (and asks the limit of) a code cell with some source, unless tagged."""
+    return (
+        cell.get("cell_type") == "code"
+        and bool(str(cell.get("source", "")).strip())
+        and "skip-execution" not in (cell.get("metadata") or {}).get("tags", [])
+    )
+
+
+def hit_its_limit(cell) -> bool:
+    """nbclient stopped this (executed) cell at its time limit (nbgrader's error_on_timeout)."""
+    return any(
+        o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME
+        for o in cell.get("outputs", [])
+    )
+
+
+def cell_key(cell, index: int | None = None) -> str:
+    """How a reason names a cell: its grade id, else its number and id."""
+    meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+    if meta.get("grade_id"):
+        return meta["grade_id"]
+    number = "?" if index is None else index + 1
+    return f"{number} (id {cell.get('id', '?')})"
+
+
+class KernelLimits:
+    """nbclient's `timeout_func` for one notebook, with its timeout budget. nbclient asks for a
+    cell's limit just before it runs the cell, after the previous cell's outputs are in (a cell
+    stopped at its limit has nbgrader's CellTimeoutError among them): so each call first charges
+    the budget for the previous cell if it hit its limit. Going over the executed notebook again
+    (`replay`) gives the same limits: that is how the record names them."""
+
+    def __init__(self, limits: CellLimits):
+        self.limits = limits
+        self.budget = TimeoutBudget(limits.budget)
+        self._last = None  # (cell, its limit, its index if known)
+
+    def __call__(self, cell, index: int | None = None) -> float:
+        if self._last is not None and self._last[0] is cell:
+            return self._last[1]
+        self.settle()
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        limit = self.budget.limit(*self.limits.pair(meta.get("grade_id"), cell.get("id")))
+        self._last = (cell, limit, index)
+        return limit
+
+    def settle(self) -> None:
+        """Charge the budget for the last cell if it hit its limit."""
+        if self._last is not None:
+            cell, limit, index = self._last
+            if hit_its_limit(cell):
+                self.budget.charge(cell_key(cell, index), limit)
+        self._last = None
+
+    def replay(self, cells) -> dict[int, float]:
+        """{index: the limit nbclient gave it} for the executed cells of a finished notebook."""
+        limits = {i: self(c, i) for i, c in enumerate(cells) if runs_in_nbclient(c)}
+        self.settle()
+        return limits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -113,6 +292,7 @@ def source_digest(course: Path, assignment: str) -> str:
 def time_cells(notebook: Path, env: dict[str, str], timeout: float = 600.0) -> dict[str, float]:
     """Execute `notebook` plainly with nbclient; {grade id or cell id: seconds} of each code cell
     (both keys for an nbgrader cell). Raises RuntimeError if a cell fails."""
+    import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
@@ -180,7 +360,13 @@ def describe(limits: CellLimits) -> str:
     if not limits.seconds:
         return f"{limits.default:g} s per cell (fixed)"
     values = sorted(set(limits.seconds.values()))
+    budget = (
+        f"; once {limits.budget:g} s are spent in cells that hit their limit, "
+        f"max({SHORT_FLOOR:g} s, {SHORT_FACTOR:g} x the reference)"
+        if limits.budget is not None
+        else ""
+    )
     return (
         f"per-cell limits {values[0]:g}-{values[-1]:g} s from the reference solution "
-        f"(a cell it does not have: {limits.default:g} s)"
+        f"(a cell it does not have: {limits.default:g} s){budget}"
     )

@@ -347,6 +347,7 @@ class Grader:
         settings = cell_limits.course_settings(self.course)
         floor = self.limits.cell_floor or settings.get("floor", cell_limits.FLOOR)
         factor = self.limits.cell_factor or settings.get("factor", cell_limits.FACTOR)
+        budget = self.limits.cell_budget or settings.get("budget", cell_limits.BUDGET)
         home = self.run_dir / "reference-home"
         env = _env(self.course, home)
         try:
@@ -354,7 +355,7 @@ class Grader:
         except RuntimeError as error:
             self.say(f"warning: {error}; every cell gets {cell_limits.FALLBACK:g} s")
             return cell_limits.fixed(cell_limits.FALLBACK)
-        return cell_limits.derive(times, floor, factor)
+        return cell_limits.derive(times, floor, factor, budget)
 
     def _one(self, student: str, folder: Path, sha: str) -> dict:
         start = time.monotonic()

@@ -22,7 +22,14 @@ from pathlib import Path
 import nbformat
 
 from . import nbgrader_app, sandbox
-from .cell_limits import CellLimits, fixed
+from .cell_limits import (
+    CellLimits,
+    KernelLimits,
+    cell_key,
+    fixed,
+    hit_its_limit,
+    runs_in_nbclient,
+)
 from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
 
@@ -47,14 +54,16 @@ def _cell_output(cell) -> str:
 
 def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
     """Per-cell scores from the private gradebook, outputs and notes from the autograded
-    notebook (a cell stopped by the per-cell timeout, a cell out of memory)."""
+    notebook (a cell stopped by the per-cell timeout, with the limit the notebook's timeout
+    budget gave it; the budget spent; a cell out of memory)."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
     scores = nbgrader_app.cell_scores(course, assignment, student, cells)
     limits = job_limits(spec)
     outputs, notes = {}, []
     for name in spec["notebooks"]:
-        path = course / "autograder" / "work" / "autograded" / student / assignment / name
-        nb = nbformat.read(path, as_version=4)
+        nb = nbformat.read(_autograded(course, spec, name), as_version=4)
+        kernel = KernelLimits(limits) if limits is not None else None
+        given = kernel.replay(nb.cells) if kernel is not None else {}
         for i, c in enumerate(nb.cells):
             if c.cell_type != "code":
                 continue
@@ -63,9 +72,9 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
             errors = [
                 o.get("ename", "") for o in c.get("outputs", []) if o.get("output_type") == "error"
             ]
-            label = gid or f"{i + 1} (id {c.get('id', '?')})"
+            label = cell_key(c, i)
             if any(e in TIMEOUT_MARKS for e in errors):
-                limit = limits(c) if limits is not None else None
+                limit = given.get(i)
                 of = f" of {limit:g} s" if limit else ""
                 notes.append(f"cell {label} hit the per-cell timeout{of}")
             if any(m in output for m in MEMORY_MARKS):
@@ -74,7 +83,36 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
                 )
             if gid in cells:
                 outputs[gid] = output
+        if kernel is not None and kernel.budget.note():
+            _note_after(notes, f"cell {kernel.budget.spent_at} hit", kernel.budget.note())
     return scores, outputs, notes
+
+
+def _note_after(notes: list[str], start: str, note: str) -> None:
+    """Insert `note` after the first note starting with `start` (a long reason is cut at its
+    end), else at the end."""
+    where = next((i + 1 for i, n in enumerate(notes) if n.startswith(start)), len(notes))
+    notes.insert(where, note)
+
+
+def _autograded(course: Path, spec: dict, name: str) -> Path:
+    student, assignment = spec["student"], spec["assignment"]
+    return course / "autograder" / "work" / "autograded" / student / assignment / name
+
+
+def kernel_timeouts(course: Path, spec: dict) -> set[str]:
+    """Grade ids or cell ids of the cells nbgrader's kernel stopped at their limit (the re-check
+    gives them the short limit at once); empty when nothing can be read."""
+    found = set()
+    for name in spec["notebooks"]:
+        try:
+            nb = nbformat.read(_autograded(course, spec, name), as_version=4)
+        except Exception:  # noqa: BLE001 - then the re-check learns it again
+            continue
+        for c in nb.cells:
+            if runs_in_nbclient(c) and hit_its_limit(c):
+                found.add(nbgrader_meta(c).get("grade_id") or c.get("id") or "")
+    return found - {""}
 
 
 class VerifyTimeout(Exception):
@@ -118,6 +156,12 @@ def job_limits(spec: dict) -> CellLimits | None:
     return limits
 
 
+def kernel_limits(spec: dict) -> KernelLimits | None:
+    """nbclient's `timeout_func` for the job's notebook: its limits and its timeout budget."""
+    limits = job_limits(spec)
+    return KernelLimits(limits) if limits is not None else None
+
+
 def trusted_imports() -> None:
     """Everything the job needs, imported before any student code runs in the sandbox: the
     student's kernel can write files into the job's folder (our working directory), so nothing
@@ -155,7 +199,7 @@ def autograde(course: Path, spec: dict, budget: float) -> tuple[int | str, str]:
             None,
             out,
             timeout=max(budget * 0.7, 10),
-            cell_limits=job_limits(spec),
+            cell_limits=kernel_limits(spec),
         )
         out.seek(0)
         text = out.read()[-100_000:]
@@ -195,6 +239,7 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
                 memory=spec["memory_bytes"],
                 cell_timeout=limits.default if limits else 240.0,
                 cell_limits=limits,
+                kernel_timeouts=kernel_timeouts(course, spec),
                 fork=True,
             )
         verdicts = checked.get("cells", {})

@@ -305,38 +305,110 @@ def merge_into_gradebook(course: Path, records: list[dict]) -> int:
     nbgrader's own tools (formgrader, `nbgrader export`) see them. Only ever called by the
     parent process (one writer). An assignment the gradebook does not know yet is registered
     first (`generate`, which rewrites exercises/ byte-identically).
-    Returns the number of submissions written."""
-    from nbgrader.api import MissingEntry
 
+    One pass per assignment: its released cells read once, its students and submissions created
+    in bulk where missing (as nbgrader's `add_submission` does), its grade rows loaded with one
+    query, only the scores that differ written, one commit. The same rows as nbgrader's own
+    `update_or_create_student`, `add_submission` and `find_grade` record by record.
+    Returns the number of submissions merged."""
     wanted = {r["assignment"] for r in records}
     unknown = sorted(wanted - gradebook_assignments(Path(course)))
     if unknown:  # register the assignment's cells and points (byte-identical regeneration)
         generate(Path(course), unknown, quiet=True)
-    written = 0
+    by_assignment: dict[str, list[dict]] = {}
+    for record in records:
+        by_assignment.setdefault(record["assignment"], []).append(record)
+    merged = 0
     with warnings.catch_warnings(), _gradebook(course) as gb:
         warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes from nbgrader's api
-        known = {a.name for a in gb.assignments}
-        for record in records:
-            assignment = record["assignment"]
-            if assignment not in known:
+        known = {a.name: a for a in gb.assignments}
+        for name, group in by_assignment.items():
+            if name in known:
+                cells = graded_cells(released_notebooks(Path(course), name))
+                merged += _merge_assignment(gb.db, known[name], cells, group)
+        gb.db.commit()
+    return merged
+
+
+def _merge_assignment(db, assignment, cells: dict, records: list[dict]) -> int:
+    """The records of one assignment into the open session (no commit)."""
+    from nbgrader.api import SubmittedAssignment
+
+    students = {r["student"] for r in records}
+    _add_missing_students(db, students)
+    have = {
+        student
+        for (student,) in db.query(SubmittedAssignment.student_id).filter(
+            SubmittedAssignment.assignment_id == assignment.id
+        )
+    }
+    for student in sorted(students - have):
+        _add_submission(db, assignment, student)
+    db.flush()
+    rows = _grade_rows(db, assignment)
+    for record in records:
+        for gid, cell in record.get("cells", {}).items():
+            if gid not in cells:
                 continue
-            cells = graded_cells(released_notebooks(Path(course), assignment))
-            gb.update_or_create_student(record["student"])
-            try:
-                gb.find_submission(assignment, record["student"])
-            except MissingEntry:
-                gb.add_submission(assignment, record["student"])
-            for gid, cell in record.get("cells", {}).items():
-                if gid not in cells:
-                    continue
-                try:
-                    row = gb.find_grade(
-                        gid, Path(cells[gid]["notebook"]).stem, assignment, record["student"]
-                    )
-                except MissingEntry:
-                    continue
-                row.auto_score = float(cell["score"])
-                row.manual_score = None
-            gb.db.commit()
-            written += 1
-    return written
+            row = rows.get((record["student"], Path(cells[gid]["notebook"]).stem, gid))
+            if row is not None and _needs_update(row, float(cell["score"])):
+                row.auto_score, row.manual_score = float(cell["score"]), None
+    return len(records)
+
+
+def _needs_update(row, score: float) -> bool:
+    """The gradebook does not hold this auto score yet (or a manual score overrides it)."""
+    return row.auto_score != score or row.manual_score is not None
+
+
+def _add_missing_students(db, students: set[str]) -> None:
+    from nbgrader.api import Student
+
+    have = {sid for (sid,) in db.query(Student.id).filter(Student.id.in_(students))}
+    db.add_all(Student(id=sid) for sid in sorted(students - have))
+
+
+def _add_submission(db, assignment, student: str) -> None:
+    """What nbgrader's `Gradebook.add_submission` creates (a submitted notebook per notebook, a
+    grade per grade or task cell, a comment per solution or task cell), without its commit."""
+    from nbgrader.api import Comment, Grade, SubmittedAssignment, SubmittedNotebook, new_uuid
+
+    submission = SubmittedAssignment(id=new_uuid(), assignment_id=assignment.id, student_id=student)
+    db.add(submission)
+    for notebook in assignment.notebooks:
+        nb = SubmittedNotebook(id=new_uuid(), notebook_id=notebook.id, assignment_id=submission.id)
+        db.add(nb)
+        graded = [*notebook.grade_cells, *notebook.task_cells]
+        commented = [*notebook.solution_cells, *notebook.task_cells]
+        db.add_all(Grade(cell_id=cell.id, notebook_id=nb.id) for cell in graded)
+        db.add_all(Comment(cell_id=cell.id, notebook_id=nb.id) for cell in commented)
+
+
+def _grade_rows(db, assignment) -> dict[tuple[str, str, str], object]:
+    """{(student, notebook, cell name): Grade} of every submission of the assignment, in one
+    query; a grade cell wins over a task cell of the same name (as in `find_grade`)."""
+    from nbgrader.api import (
+        BaseCell,
+        Grade,
+        Notebook,
+        SubmittedAssignment,
+        SubmittedNotebook,
+    )
+
+    query = (
+        db.query(Grade, BaseCell.name, BaseCell.type, Notebook.name, SubmittedAssignment.student_id)
+        .join(BaseCell, BaseCell.id == Grade.cell_id)
+        .join(SubmittedNotebook, SubmittedNotebook.id == Grade.notebook_id)
+        .join(Notebook, Notebook.id == SubmittedNotebook.notebook_id)
+        .join(SubmittedAssignment, SubmittedAssignment.id == SubmittedNotebook.assignment_id)
+        .filter(
+            SubmittedAssignment.assignment_id == assignment.id,
+            BaseCell.type.in_(("GradeCell", "TaskCell")),
+        )
+    )
+    rows: dict[tuple[str, str, str], object] = {}
+    for grade, cell, kind, notebook, student in query:
+        key = (student, notebook, cell)
+        if kind == "GradeCell" or key not in rows:
+            rows[key] = grade
+    return rows

@@ -59,7 +59,7 @@ class Limits:
     """Per-job caps. `wall_seconds` is for the whole notebook; `cell_timeout` for every cell (the
     instructor's override; None: each cell's limit is max(cell_floor, cell_factor x the reference
     solution's time for that cell), see `cell_limits`; None there: the course's
-    autograder/cell_limits.json, else 10 s and 20)."""
+    autograder/cell_limits.json, else 10 s and 20; `cell_budget` likewise, else 20 s)."""
 
     memory_bytes: int = 4 * GiB  # RLIMIT_AS of every process of the job
     wall_seconds: float = 900.0
@@ -68,6 +68,7 @@ class Limits:
     cell_timeout: float | None = None
     cell_floor: float | None = None
     cell_factor: float | None = None
+    cell_budget: float | None = None
 
 
 @dataclasses.dataclass

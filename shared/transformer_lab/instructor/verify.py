@@ -57,8 +57,10 @@ from pathlib import Path
 import torch
 
 from ..notebook_setup import SETUP_ID
+from .cell_limits import TimeoutBudget
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
 from .sandbox import GRADING_FLAG
+from .verify_child import CELL_TIMED_OUT
 from .verify_flags import source_flags
 from .verify_remote import CheckFront, TestNames
 from .verify_session import MAX_RESTARTS, PER_TEST, Session, Spawner
@@ -176,6 +178,7 @@ def verify(
     memory: int | None = DEFAULT_MEMORY,
     cell_timeout: float | None = 120.0,
     cell_limits=None,
+    kernel_timeouts=(),
     fork: bool = False,
 ) -> dict:
     """Re-check every graded cell of `notebook` where its code cannot touch the judge.
@@ -186,9 +189,12 @@ def verify(
     kernel_passed: optionally nbgrader's {grade_id: passed}, to flag cells that passed there but
     not here; memory: the child's address-space limit in bytes (None: none); cell_timeout: each
     cell's and each test's time limit, or `cell_limits` (a `cell_limits.CellLimits`: a limit per
-    grade id or cell id, `cell_timeout` for the others); fork: make the children by forking this
-    process (which must have imported torch and the checks and run no thread: the grading job)
-    instead of starting `python -I` (which imports them again in every child).
+    grade id or cell id, `cell_timeout` for the others, and the notebook's timeout budget, see
+    `cell_limits.TimeoutBudget`); kernel_timeouts: grade ids or cell ids of the cells that hit
+    their limit in nbgrader's kernel (they get the short limit here at once); fork: make the
+    children by forking this process (which must have imported torch and the checks and run no
+    thread: the grading job) instead of starting `python -I` (which imports them again in every
+    child).
 
     Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str]}.
     """
@@ -206,10 +212,10 @@ def verify(
     importlib.import_module("transformer_lab.check")
     if memory and torch.cuda.is_available():
         memory = None  # CUDA reserves far more address space than it uses: RLIMIT_AS breaks it
-    limit_of = _limit_lookup(nb, cell_limits, cell_timeout)
+    limits = RecheckLimits(nb, cell_limits, cell_timeout, kernel_timeouts)
     deadline = time.monotonic() + timeout
     with _grading_mode():  # never save into a student package from here
-        cells, sessions = _run_tests(tests, code, workdir, deadline, memory, limit_of, fork)
+        cells, sessions = _run_tests(tests, code, workdir, deadline, memory, limits, fork)
     for each in sessions:
         flags += [f for f in each.flags if f not in flags]
     result = {"cells": cells, "flags": flags}
@@ -232,34 +238,76 @@ def _grading_mode():
             os.environ[GRADING_FLAG] = old
 
 
-def _limit_lookup(nb: dict, cell_limits, cell_timeout):
-    """limit_of(grade_id=None, index=None) -> seconds (None: no limit) for a test cell (by grade
-    id) or a code cell of the submission (by index: its grade id, else its cell id)."""
+class RecheckLimits:
+    """Each student cell's (in the child) and each test's (here) time limit in the re-check,
+    with the notebook's timeout budget (`cell_limits.TimeoutBudget`, shared by every child and
+    test of the re-check): a cell that hit its limit in nbgrader's kernel, or in an earlier child,
+    gets the short limit at once. Without `cell_limits`: `cell_timeout` everywhere, no budget."""
 
-    def limit_of(grade_id=None, index=None):
-        if cell_limits is None:
-            return cell_timeout
-        if index is not None:
-            cell = nb["cells"][index]
-            grade_id = nbgrader_meta(cell).get("grade_id")
-            return cell_limits.for_ids(grade_id, cell.get("id"))
-        return cell_limits.for_ids(grade_id, grade_id)
+    def __init__(self, nb: dict, cell_limits, cell_timeout, kernel_timeouts=()):
+        self.nb, self.cell_limits, self.cell_timeout = nb, cell_limits, cell_timeout
+        self.known = set(kernel_timeouts)
+        self.budget = TimeoutBudget(cell_limits.budget if cell_limits is not None else None)
 
-    return limit_of
+    def _key(self, index: int) -> tuple[str | None, str | None]:
+        cell = self.nb["cells"][index]
+        return nbgrader_meta(cell).get("grade_id"), cell.get("id")
+
+    def pair(self, grade_id=None, cell_id=None) -> tuple[float | None, float | None]:
+        """(full, short) limit of a cell or test."""
+        if self.cell_limits is None:
+            return self.cell_timeout, self.cell_timeout
+        full, short = self.cell_limits.pair(grade_id, cell_id)
+        if (grade_id or cell_id) in self.known:
+            return short, short
+        return full, short
+
+    def child_spec(self, code: list) -> dict:
+        """What a new child needs: each cell as [index, source, full, short], the budget so far."""
+        cells = [[i, python_source(src), *self.pair(*self._key(i))] for i, src in code]
+        return {"cells": cells, "budget": self.budget.to_json()}
+
+    def learn_from_child(self, code: list, errors: dict[int, str]) -> None:
+        """Charge the budget as the child did (the same arithmetic, from its cell errors)."""
+        for i, _ in code:
+            limit = self.budget.limit(*self.pair(*self._key(i)))
+            if errors.get(i, "").startswith(CELL_TIMED_OUT):
+                grade_id, cell_id = self._key(i)
+                self.budget.charge(f"{i + 1}", limit)
+                self.known.add(grade_id or cell_id or "")
+
+    def test_limit(self, grade_id: str) -> tuple[float | None, float | None]:
+        """(this test's limit, its full limit)."""
+        full, short = self.pair(grade_id)
+        return self.budget.limit(full, short), full
+
+    def test_timed_out(self, grade_id: str, limit: float) -> None:
+        self.budget.charge(grade_id, limit)
+        self.known.add(grade_id)
 
 
-def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, limit_of, fork):
+SHORTENED = (
+    " (this test ran past the per-cell time limit of {limit:g} s, shortened because the "
+    "notebook had spent its timeout budget of {budget:g} s: an endless loop?)"
+)
+
+
+def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, limits, fork):
     """Every test cell against one child running the student's cells; a test that ran past its
     own time limit (an endless loop in one graded function) gets the next tests a fresh child,
     so one loop costs one exercise, not all. Returns (verdicts, every session used).
 
     With `fork`, every child this may need (1 + MAX_RESTARTS) is forked here, before any test
     runs: no child ever holds what the judge computed for a test; the unused ones end unused."""
-    cells_spec = [[i, python_source(src), limit_of(index=i)] for i, src in code]
     spawner = Spawner(workdir, memory, 1 + MAX_RESTARTS) if fork else None
 
     def start() -> Session:
-        return Session(cells_spec, workdir, deadline, memory, None, spawn=spawner)
+        spec = limits.child_spec(code)
+        session = Session(
+            spec["cells"], workdir, deadline, memory, None, spawn=spawner, budget=spec["budget"]
+        )
+        limits.learn_from_child(code, session.cell_errors)
+        return session
 
     cells: dict[str, dict] = {}
     session, sessions, restarts = None, [], 0
@@ -272,17 +320,31 @@ def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, 
             if session.dead:
                 cells[gid] = {"passed": False, "message": session.dead}
                 continue
-            limit = limit_of(grade_id=gid)
-            per_test = time.monotonic() + limit if limit else deadline
-            session.deadline = min(deadline, per_test)
-            session.timeout_reason = PER_TEST.format(limit=limit) if per_test < deadline else ""
-            cells[gid] = _run_test_cell(session, gid, src)
+            cells[gid] = _run_limited_test(session, limits, gid, src, deadline)
     finally:
         if session is not None:
             session.close()
         if spawner is not None:
             spawner.close()
     return cells, [*sessions, session]
+
+
+def _run_limited_test(session: Session, limits, gid: str, src: str, deadline: float) -> dict:
+    """One test under its own time limit (charged to the budget when it runs past it)."""
+    limit, full = limits.test_limit(gid)
+    per_test = time.monotonic() + limit if limit else deadline
+    session.deadline = min(deadline, per_test)
+    reason = ""
+    if per_test < deadline:
+        shortened = full is not None and limit < full
+        reason = (SHORTENED if shortened else PER_TEST).format(
+            limit=limit, budget=limits.budget.seconds or 0
+        )
+    session.timeout_reason = reason
+    verdict = _run_test_cell(session, gid, src)
+    if session.test_timed_out:
+        limits.test_timed_out(gid, limit)
+    return verdict
 
 
 def _run_test_cell(session: Session, gid: str, src: str) -> dict:

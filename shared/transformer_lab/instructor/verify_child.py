@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .cell_limits import TimeoutBudget
 from .verify_guard import NOTHING_FORBIDDEN, Guard, Trusted, capture
 from .verify_wire import (
     BUILTIN_PROTOCOL,
@@ -40,20 +41,27 @@ class _IPython:
         return lambda *a, **k: None
 
 
+CELL_TIMED_OUT = "TimeoutError: the cell ran longer than "  # a cell's error at its limit
+
+
 def run_cells(spec: dict) -> tuple[dict, dict]:
     """The student's cells, in order, like nbgrader (a cell's error is recorded and the next
-    runs), each under the per-cell time limit. Returns (the namespace, {index: error})."""
+    runs), each under its time limit: a cell is [index, source], [index, source, limit] or
+    [index, source, limit, short limit], and the spec's "budget" (`cell_limits.TimeoutBudget`)
+    decides between the two. Returns (the namespace, {index: error})."""
     ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": lambda: _IPython()}
     errors = {}
-
+    budget = TimeoutBudget.from_json(spec.get("budget"))
     limit = [spec.get("cell_timeout")]
 
     def on_alarm(signum, frame):
         raise TimeoutError(f"the cell ran longer than {limit[0]:g} s")
 
     signal.signal(signal.SIGALRM, on_alarm)
-    for index, src, *own in spec["cells"]:  # [index, source] or [index, source, limit]
-        limit[0] = own[0] if own and own[0] else spec.get("cell_timeout")
+    for index, src, *own in spec["cells"]:
+        full = own[0] if own and own[0] else spec.get("cell_timeout")
+        short = own[1] if len(own) > 1 and own[1] else full
+        limit[0] = budget.limit(full, short) if full else full
         try:
             if limit[0]:
                 signal.setitimer(signal.ITIMER_REAL, float(limit[0]))
@@ -65,6 +73,8 @@ def run_cells(spec: dict) -> tuple[dict, dict]:
                 errors[str(index)] = "an error"
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if errors.get(str(index), "").startswith(CELL_TIMED_OUT):
+            budget.charge(str(index), limit[0])
     with contextlib.suppress(Exception):
         import matplotlib.pyplot as plt
 

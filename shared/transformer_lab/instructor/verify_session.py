@@ -172,6 +172,7 @@ class Session:
         memory: int | None,
         cell_timeout,
         spawn: Spawner | None = None,
+        budget: dict | None = None,
     ):
         self.deadline = deadline
         self.timeout_reason = ""  # PER_TEST while a test cell runs under its own time limit
@@ -186,7 +187,8 @@ class Session:
         self.next_tid = 0
         workdir.mkdir(parents=True, exist_ok=True)
         cells_file = workdir / "verify_cells.json"
-        cells_file.write_text(json.dumps({"cells": cells, "cell_timeout": cell_timeout}))
+        spec = {"cells": cells, "cell_timeout": cell_timeout, "budget": budget}
+        cells_file.write_text(json.dumps(spec))
         if spawn is not None:
             self.proc, self._to_child, self._from_child = spawn.take(cells_file)
         else:

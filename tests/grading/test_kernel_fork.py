@@ -91,6 +91,10 @@ for name in os.listdir("/proc/self/fd"):
         facts["fds"][name] = os.readlink(f"/proc/self/fd/{name}")
     except OSError:
         pass
+import zmq
+facts["zmq_context_is_own"] = zmq.Context.instance() is zmq.Context.instance() and (
+    zmq.Context._instance_pid == os.getpid()
+)
 import torch
 facts["rand"] = torch.rand(3).tolist()
 torch.set_num_threads(2)
@@ -165,6 +169,7 @@ def test_the_forked_kernel_starts_as_a_launched_one(forked):
     assert facts["fds"]["0"] == os.devnull
     assert facts["sigint"] == str(__import__("signal").default_int_handler)
     assert facts["matmul"] == 300.0**3  # GNU OpenMP with two threads after the fork
+    assert facts["zmq_context_is_own"]  # pyzmq's Context.instance() made after the fork
 
 
 @pytest.mark.slow

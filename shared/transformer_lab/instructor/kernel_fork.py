@@ -372,7 +372,10 @@ def kernel_imports() -> None:
     and history), and matplotlib's pyplot, which every course notebook imports (the backend
     comes from MPLBACKEND, Agg when grading, as in a fresh kernel): the fork finds them
     imported. Called by `job.trusted_imports`, before any student code runs. Not ipykernel's
-    debugger (debugpy: pydevd has no business in the process that judges the re-check)."""
+    debugger (debugpy: pydevd has no business in the process that judges the re-check).
+    Switched off, nothing: the job imports what it did before forked kernels."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return
     import sqlite3  # noqa: F401
 
     import ipykernel.ipkernel  # noqa: F401

@@ -8,6 +8,7 @@
     .venv/bin/python benchmarks/bench_grading.py --hang [--lesson 02_qkv_attention]
     .venv/bin/python benchmarks/bench_grading.py --hang-budget [--lesson 02_qkv_attention]
     .venv/bin/python benchmarks/bench_grading.py --merge 1000
+    .venv/bin/python benchmarks/bench_grading.py --fork-cost [--lessons 02_qkv_attention ...]
 
 --cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
 (grading settings: quick mode, one thread) and the grading of that notebook as one student's
@@ -19,6 +20,8 @@ student with the derived per-cell limits. --hang-budget: the honest student and 
 graded function loops, graded with the notebook's timeout budget and without it (the limits
 before it), side by side. --merge N: merging N synthetic records into the course gradebook, the
 record-by-record merge (tests/grading/test_merge.py's oracle) against the one-pass merge.
+--fork-cost: as --cost, graded twice, with the kernel launched the usual way and forked from the
+grading job.
 
 
 Each round grades N copies of the lesson's solution notebook in a fresh temporary copy of the
@@ -670,6 +673,55 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
             )
 
 
+def fork_cost(lessons: list[str]) -> None:
+    """Per lesson, side by side in one run: the plain nbclient execution of the solution, then
+    its grading with the kernel launched the usual way (TRANSFORMER_LAB_KERNEL_FORK=0 in the
+    job's environment), then with the kernel forked from the job (the default; RESULTS §15)."""
+    import nbformat
+
+    from transformer_lab.instructor import cell_limits, kernel_fork
+
+    print(
+        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
+        f"{sandbox.namespaces_unavailable() or 'namespaces'}"
+    )
+    print(
+        "| lesson | plain wall / CPU (s) | graded, launched kernel: wall / CPU (s) "
+        "| graded, forked kernel: wall / CPU (s) | ratio CPU launched | ratio CPU forked "
+        "| job's autograde phase CPU (s) launched → forked | job's imports CPU (s) | scores |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    real_env = grade._env
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-fork-") as tmp:
+            tmp = Path(tmp)
+            course = _prepared_course(tmp, lesson)
+            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+            env = _grading_env(course, tmp / "plain-home")
+            _, p_wall, p_cpu = _timed(cell_limits.time_cells, notebook, env)
+            runs = {}
+            for label, extra in (("launched", {kernel_fork.SWITCH: "0"}), ("forked", {})):
+                subs = _submit(tmp, lesson, f"s-{label}", nbformat.read(notebook, as_version=4))
+                grade._env = lambda c, h, extra=extra: {**real_env(c, h), **extra}
+                try:
+                    records, wall, cpu = _timed(
+                        grade.grade, course, lesson, subs, out=tmp / f"{label}.csv", quiet=True
+                    )
+                finally:
+                    grade._env = real_env
+                runs[label] = (wall, cpu, records[0])
+        (lw, lc, lr), (fw, fc, fr) = runs["launched"], runs["forked"]
+        phase = [r.get("cpu_timings", {}) for r in (lr, fr)]
+        print(
+            f"| {lesson} | {p_wall:.1f} / {p_cpu:.1f} | {lw:.1f} / {lc:.1f} | {fw:.1f} / {fc:.1f} "
+            f"| {lc / p_cpu:.2f} | {fc / p_cpu:.2f} "
+            f"| {phase[0].get('autograde', float('nan')):.2f} → {phase[1].get('autograde', float('nan')):.2f} "
+            f"| {phase[0].get('imports', float('nan')):.2f} → {phase[1].get('imports', float('nan')):.2f} "
+            f"| {lr['score']:g}, {fr['score']:g} of {fr['max_score']:g}; flags {len(lr['flags'])}, {len(fr['flags'])} |",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -689,6 +741,11 @@ def main() -> None:
     )
     parser.add_argument("--merge", type=int, metavar="N", help="merge N records: before/after")
     parser.add_argument("--new-only", action="store_true", help="--merge: the one-pass merge only")
+    parser.add_argument(
+        "--fork-cost",
+        action="store_true",
+        help="graded with the kernel launched and forked, against plain, per lesson",
+    )
     args = parser.parse_args()
     if args.hang_budget:
         hang_budget(args.lesson)
@@ -702,6 +759,9 @@ def main() -> None:
         return
     if args.breakdown:
         breakdown(args.lesson)
+        return
+    if args.fork_cost:
+        fork_cost(args.lessons or [args.lesson])
         return
     if args.hang:
         hang(args.lesson)

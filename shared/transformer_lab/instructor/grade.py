@@ -189,6 +189,7 @@ def find_students(submissions: Path, assignment: str) -> tuple[dict[str, Path], 
 def _env(course: Path, home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
+    keep += ("TRANSFORMER_LAB_KERNEL_FORK",)  # "0": the usual kernel launcher (kernel_fork)
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = os.pathsep.join(
         [str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]

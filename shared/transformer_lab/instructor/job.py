@@ -166,7 +166,9 @@ def trusted_imports() -> None:
     """Everything the job needs, imported before any student code runs in the sandbox: the
     student's kernel can write files into the job's folder (our working directory), so nothing
     may be imported from there later; the folder is also taken off the module search path. The
-    nbgrader fork and the re-check's children share these imports (no second interpreter)."""
+    nbgrader fork, the student's kernel (a fork of that, `kernel_fork`) and the re-check's
+    children share these imports (no second interpreter). Imports only: no torch thread pool
+    may run before those forks (GNU OpenMP's does not survive a fork)."""
     here = {"", ".", os.getcwd()}
     sys.path[:] = [p for p in sys.path if p not in here and not _inside(p, Path.cwd())]
     import nbgrader.api  # noqa: F401
@@ -176,7 +178,9 @@ def trusted_imports() -> None:
 
     import transformer_lab.check  # noqa: F401
 
-    from . import verify, verify_child  # noqa: F401
+    from . import kernel_fork, verify, verify_child  # noqa: F401
+
+    kernel_fork.kernel_imports()
 
     torch.set_num_threads(1)
 
@@ -338,7 +342,9 @@ def run_job(spec_path: str) -> None:
     code, log = autograde(course, spec, budget)
     clock.lap("autograde")
     _kill_the_rest()  # a student's background process must not touch the gradebook we read
-    flags: list[str] = []
+    from .kernel_fork import fallback_flags  # imported by trusted_imports
+
+    flags: list[str] = fallback_flags(log)  # a kernel launched the usual way
     reason = None
     scores, outputs, notes = {}, {}, []
     if code == "timeout":

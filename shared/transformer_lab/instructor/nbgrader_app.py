@@ -185,7 +185,8 @@ def autograde_in_job(
     folder: no TCP ports, so no clashes between jobs). Returns the exit code, or "timeout".
 
     nbgrader runs in a fork of the job process (which imported nbgrader beforehand, see
-    `job.trusted_imports`), not in a second interpreter: its imports are paid once per job.
+    `job.trusted_imports`), not in a second interpreter: its imports are paid once per job; the
+    student's kernel is in turn a fork of that process (`kernel_fork`), not a third one.
     `cell_limits` (a `cell_limits.CellLimits`) gives each cell its own limit (nbclient's
     `timeout_func`); without it `cell_timeout` is every cell's (None: the course's config)."""
     args = [
@@ -241,11 +242,15 @@ def _close_other_descriptors() -> None:
 
 
 def _autograde_here(args: list[str], cell_limits) -> int:
-    """nbgrader's command line app, in this process; returns its exit code."""
+    """nbgrader's command line app, in this process; returns its exit code. Its kernels are
+    forks of this (pre-imported) process (`kernel_fork`), where forking is available."""
     from nbgrader.apps.nbgraderapp import NbGraderApp
     from traitlets.config import Config
 
+    from . import kernel_fork
+
     config = Config()
+    config.Autograde.autograde_preprocessors = kernel_fork.autograde_preprocessors()
     # nbclient waits 4 s for a cell's last outputs after its reply, then fails the whole
     # notebook: on a loaded machine that is too short (the cell's own limit still applies)
     config.Execute.iopub_timeout = 60

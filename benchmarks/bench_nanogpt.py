@@ -6,17 +6,20 @@
            d -> 4d -> d with GELU, a final nn.LayerNorm and the output layer tied to wte.
            A second copy uses GPT-2's tanh GELU, the course GPT's (and Hugging Face GPT-2's)
            function, which is slower on CPU than the exact GELU nanoGPT uses.
-  course   transformer_lab.gpt.GPT as it ships (its default: the fused kernels).
+  course   transformer_lab.gpt.GPT as it ships (its default: the fused kernels, GPT-2's tanh
+           GELU), and the same with `activation="gelu"`, the exact GELU: nanoGPT's architecture.
   explicit the course GPT with `set_explicit(model)`: the written-out attention and LayerNorm.
 
 Shape: nanoGPT's CPU configuration (4 layers, 4 heads, d_model 128, block 64, batch 12) on a
 character vocabulary of 65. Same batch, same AdamW (lr 1e-3) for each; the steps are interleaved
 in one process (the order rotates every round) and the table gives the median step time, wall
 clock and CPU (process) time, and the ratios of medians. On a busy machine the CPU time is the
-fairer clock: it does not count the time other programs hold the cores. Before timing, nanoGPT gets the course GPT's weights and the script checks
-that the two losses agree (they differ only by the GELU: nanoGPT's exact one, GPT-2's tanh one).
+fairer clock: it does not count the time other programs hold the cores. Before timing, nanoGPT
+gets the course GPT's weights and the script checks that the losses agree (exactly where the GELU
+is the same). --repeats N runs the whole interleaved measurement N times and ends with the median
+(and range) of each CPU ratio over the repeats.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_nanogpt.py --threads 1 [--steps 300] [--profile]
+    OMP_NUM_THREADS=1 python benchmarks/bench_nanogpt.py --threads 1 [--steps 300] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -114,6 +117,19 @@ def step(model, opt, x, y) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def measure(models, opts, names, x, y, warmup: int, steps: int):
+    """Median (wall, CPU) seconds of a step for each model, the steps interleaved."""
+    times = {k: [] for k in names}
+    for r in range(warmup + steps):
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotating order
+            t = step(models[name], opts[name], x, y)
+            if r >= warmup:
+                times[name].append(t)
+    wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
+    return wall, cpu
+
+
 def build():
     torch.manual_seed(0)
     course = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
@@ -121,12 +137,15 @@ def build():
     nano_tanh = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, gelu="tanh")
     copy_weights(course, nano)
     copy_weights(course, nano_tanh)
+    exact = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, activation="gelu")
+    exact.load_state_dict(course.state_dict())
     explicit = set_explicit(GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS))
     explicit.load_state_dict(course.state_dict())
     return {
         "nanoGPT": nano,
         "nanoGPT, tanh GELU": nano_tanh,
         "course GPT": course,
+        "course GPT, exact GELU": exact,
         "course GPT, explicit": explicit,
     }
 
@@ -136,6 +155,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--steps", type=int, default=300, help="timed steps per model")
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=1, help="whole measurements, one table each")
     parser.add_argument("--profile", action="store_true", help="print the top ops of each")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -146,33 +166,43 @@ def main() -> None:
     with torch.no_grad():
         losses = {k: loss_of(m, x, y).item() for k, m in models.items()}
     assert abs(losses["nanoGPT"] - losses["course GPT"]) < 1e-3, losses
+    assert abs(losses["nanoGPT"] - losses["course GPT, exact GELU"]) < 1e-5, losses
     assert abs(losses["course GPT, explicit"] - losses["course GPT"]) < 1e-5, losses
     assert abs(losses["nanoGPT, tanh GELU"] - losses["course GPT"]) < 1e-5, losses
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     names = list(models)
-    times = {k: [] for k in names}
-    for r in range(args.warmup + args.steps):
-        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotating order
-            t = step(models[name], opts[name], x, y)
-            if r >= args.warmup:
-                times[name].append(t)
-    wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
-    cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
     print(
         f"torch {torch.__version__}, threads={torch.get_num_threads()}, {args.steps} interleaved "
         f"steps each, L={N_LAYERS} h={N_HEADS} d={D_MODEL} block={BLOCK} batch={BATCH} V={VOCAB}"
     )
-    print(
-        "| model | wall (ms) | / nanoGPT | / nanoGPT, tanh GELU "
-        "| CPU (ms) | / nanoGPT | / nanoGPT, tanh GELU |"
-    )
-    print("|---|---|---|---|---|---|---|")
-    for name in names:
+    ratios = {k: [] for k in names}  # CPU / nanoGPT of each repeat
+    ratios_tanh = {k: [] for k in names}  # CPU / nanoGPT with the tanh GELU
+    for repeat in range(args.repeats):
+        wall, cpu = measure(models, opts, names, x, y, args.warmup, args.steps)
+        print(f"\nrepeat {repeat + 1} of {args.repeats}")
         print(
-            f"| {name} | {wall[name] * 1e3:.2f} | {wall[name] / wall['nanoGPT']:.3f}x "
-            f"| {wall[name] / wall['nanoGPT, tanh GELU']:.3f}x | {cpu[name] * 1e3:.2f} "
-            f"| {cpu[name] / cpu['nanoGPT']:.3f}x | {cpu[name] / cpu['nanoGPT, tanh GELU']:.3f}x |"
+            "| model | wall (ms) | / nanoGPT | / nanoGPT, tanh GELU "
+            "| CPU (ms) | / nanoGPT | / nanoGPT, tanh GELU |"
         )
+        print("|---|---|---|---|---|---|---|")
+        for name in names:
+            ratios[name].append(cpu[name] / cpu["nanoGPT"])
+            ratios_tanh[name].append(cpu[name] / cpu["nanoGPT, tanh GELU"])
+            print(
+                f"| {name} | {wall[name] * 1e3:.2f} | {wall[name] / wall['nanoGPT']:.3f}x "
+                f"| {wall[name] / wall['nanoGPT, tanh GELU']:.3f}x | {cpu[name] * 1e3:.2f} "
+                f"| {ratios[name][-1]:.3f}x | {ratios_tanh[name][-1]:.3f}x |"
+            )
+    if args.repeats > 1:
+        print(f"\nCPU ratios over the {args.repeats} repeats: median [min, max]")
+        print("| model | CPU / nanoGPT | CPU / nanoGPT, tanh GELU |")
+        print("|---|---|---|")
+        for name in names:
+            a, b = sorted(ratios[name]), sorted(ratios_tanh[name])
+            print(
+                f"| {name} | {statistics.median(a):.3f}x [{a[0]:.3f}, {a[-1]:.3f}] "
+                f"| {statistics.median(b):.3f}x [{b[0]:.3f}, {b[-1]:.3f}] |"
+            )
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 

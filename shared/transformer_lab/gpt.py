@@ -28,6 +28,7 @@ P(y | x^1..x^m) = softmax(h^m W_y), and trains on L3 = L2 + λ·L1: the classifi
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._validate import require_ndim
-from .add_norm import FeedForward, LayerNorm
+from .add_norm import ACTIVATIONS, FeedForward, LayerNorm
 from .encoder_decoder import Parts
 from .masking import causal_mask
 from .multihead import KVCache, MultiHeadAttention
@@ -59,12 +60,14 @@ class GPTBlock(nn.Module):
     """GPT-2's decoder-only block: causal self-attention and the FFN, each pre-norm with a residual.
 
         x = x + attn(norm1(x), causal mask)      (no cross-attention: there is no encoder)
-        x = x + ffn(norm2(x))                    (tanh-GELU, GPT-2's "gelu_new")
+        x = x + ffn(norm2(x))                    (GELU: GPT-2's tanh one by default)
 
     Lesson 05's pre-norm block with lesson 06's causal mask, plus the KV cache for generation.
     The sublayers are built from the classes passed in (`attention`, `norm`, `ffn`).
 
-    forward(x (B, L, d_model), mask=None, cache=None) -> (B, L, d_model)
+    forward(x (B, L, d_model), mask=None, cache=None, is_causal=False) -> (B, L, d_model)
+    is_causal=True says `mask` is the plain causal mask (L, L); an attention that takes the hint
+    (the reference's) then lets its fused kernel mask by itself.
     """
 
     norm_first = True  # always pre-norm (GPT-2)
@@ -76,6 +79,7 @@ class GPTBlock(nn.Module):
         d_ff: int,
         dropout: float = 0.0,
         eps: float = 1e-5,
+        activation: str = "gelu_tanh",
         *,
         attention: type[nn.Module] = MultiHeadAttention,
         norm: type[nn.Module] = LayerNorm,
@@ -83,16 +87,24 @@ class GPTBlock(nn.Module):
     ):
         super().__init__()
         self.self_attn = attention(d_model, n_heads, dropout=dropout)
-        self.ffn = ffn(d_model, d_ff, "gelu_tanh", dropout)
+        self.ffn = ffn(d_model, d_ff, activation, dropout)
         self.norm1 = norm(d_model, eps)
         self.norm2 = norm(d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
+        forward = inspect.signature(self.self_attn.forward).parameters
+        self.takes_is_causal = "is_causal" in forward  # a student's attention need not
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        is_causal: bool = False,
     ) -> torch.Tensor:
         attend = {} if cache is None else {"cache": cache}  # a part without a cache never gets one
+        if is_causal and self.takes_is_causal:
+            attend["is_causal"] = True
         x = x + self.dropout1(self.self_attn(self.norm1(x), mask=mask, **attend))
         return x + self.dropout2(self.ffn(self.norm2(x)))
 
@@ -107,6 +119,10 @@ class GPT(nn.Module):
         d_ff: hidden size of the feed-forward network; defaults to 4 * d_model.
         dropout: dropout on the embeddings, attention weights and residual branches.
         eps: the LayerNorm epsilon.
+        activation: the feed-forward network's nonlinearity, one of `add_norm.ACTIVATIONS`:
+            "gelu_tanh" (the default) is GPT-2's tanh approximation of the GELU, which GPT-2's
+            weights need (`from_hf` sets it); "gelu" is the exact GELU (nanoGPT's), cheaper on
+            a CPU.
         parts: what the blocks are made of (`Parts()`, the reference, by default): each of the
             n_layers `GPTBlock`s builds its sublayers from `parts.attention`, `parts.norm` and
             `parts.ffn`, and `ln_f` is a `parts.norm`. Pass `student.parts()` for your own.
@@ -127,9 +143,12 @@ class GPT(nn.Module):
         dropout: float = 0.0,
         eps: float = 1e-5,
         parts: Parts | None = None,
+        activation: str = "gelu_tanh",
     ):
         super().__init__()
         parts = Parts() if parts is None else parts
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         for name, value in (("vocab_size", vocab_size), ("n_positions", n_positions)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -139,12 +158,13 @@ class GPT(nn.Module):
         self.vocab_size, self.n_positions = vocab_size, n_positions
         self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
         self.d_ff, self.dropout_p, self.eps = d_ff, dropout, eps
+        self.activation = activation
 
         self.wte = nn.Embedding(vocab_size, d_model)  # W_e
         self.wpe = nn.Embedding(n_positions, d_model)  # W_p
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(
-            GPTBlock(d_model, n_heads, d_ff, dropout, eps, **parts.sublayers)
+            GPTBlock(d_model, n_heads, d_ff, dropout, eps, activation, **parts.sublayers)
             for _ in range(n_layers)
         )
         self.ln_f = parts.norm(d_model, eps)
@@ -221,8 +241,9 @@ class GPT(nn.Module):
         positions = self._positions(offset, L, idx.device)
         h = self.drop(self.wte(idx) + self.wpe(positions))  # h_0 = U W_e + W_p, (B, L, d_model)
         mask = self._attention_mask(L, offset + L, idx.device)
+        is_causal = mask is not None and offset == 0  # the plain causal mask: no cached prefix
         for i, block in enumerate(self.blocks):
-            h = block(h, mask=mask, cache=None if cache is None else cache[i])
+            h = block(h, mask=mask, cache=None if cache is None else cache[i], is_causal=is_causal)
         return self.ln_f(h)
 
     def forward(self, idx: torch.Tensor, cache: list[KVCache] | None = None) -> torch.Tensor:
@@ -324,8 +345,11 @@ class GPT(nn.Module):
         body = getattr(hf_model, "transformer", hf_model)  # GPT2LMHeadModel wraps a GPT2Model
         config = hf_model.config
         activation = getattr(config, "activation_function", "gelu_new")
-        if activation not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise ValueError(f"GPT uses the tanh GELU; the model's activation is {activation!r}")
+        if activation not in _FROM_HF_ACTIVATION:
+            raise ValueError(
+                f"GPT loads a GELU ({', '.join(sorted(_FROM_HF_ACTIVATION))} in Hugging Face's "
+                f"names); the model's activation is {activation!r}"
+            )
         if not getattr(config, "scale_attn_weights", True) or getattr(
             config, "scale_attn_by_inverse_layer_idx", False
         ):
@@ -346,6 +370,7 @@ class GPT(nn.Module):
             dropout=config.resid_pdrop,
             eps=config.layer_norm_epsilon,
             parts=parts,
+            activation=_FROM_HF_ACTIVATION[activation],  # GPT-2's: "gelu_new", the tanh GELU
         ).to(device=weight.device, dtype=weight.dtype)
 
         state = {"wte.weight": body.wte.weight, "wpe.weight": body.wpe.weight}
@@ -382,7 +407,7 @@ class GPT(nn.Module):
             n_layer=self.n_layers,
             n_head=self.n_heads,
             n_inner=self.d_ff,
-            activation_function="gelu_new",
+            activation_function=_TO_HF_ACTIVATION[self.activation],
             resid_pdrop=self.dropout_p,
             embd_pdrop=self.dropout_p,
             attn_pdrop=self.dropout_p,
@@ -393,6 +418,16 @@ class GPT(nn.Module):
         )
         kwargs.update(overrides)
         return GPT2Config(**kwargs)
+
+
+# Hugging Face's GPT-2 activation_function -> ours (add_norm.ACTIVATIONS): the GELUs
+_FROM_HF_ACTIVATION = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+_TO_HF_ACTIVATION = {  # ours -> Hugging Face's name for the same function
+    "gelu_tanh": "gelu_new",  # GPT-2's
+    "gelu": "gelu",
+    "relu": "relu",
+    "quick_gelu": "quick_gelu",
+}
 
 
 def _conv1d_to_linear(weight: torch.Tensor) -> torch.Tensor:

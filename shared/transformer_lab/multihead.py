@@ -14,6 +14,7 @@ encoder's output for cross-attention.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._validate import require_bool_mask, require_ndim
@@ -68,8 +69,11 @@ class MultiHeadAttention(nn.Module):
         returns  (B, L_q, d_model); with need_weights=True, also the (B, h, L_q, L_k) weights.
 
     The one fast/explicit switch, as in LayerNorm: with `explicit` False (the default) and
-    need_weights=False, PyTorch's fused kernel computes the same thing faster; `explicit = True` on
-    an instance (or `set_explicit`) runs softmax(QKᵀ/√d_k)V as written and keeps `last_weights`.
+    need_weights=False, PyTorch's fused kernel computes the same thing faster (and self-attention
+    computes x W^Q, x W^K, x W^V as one matrix product, `fused_qkv`); `explicit = True` on an
+    instance (or `set_explicit`) runs softmax(QKᵀ/√d_k)V as written and keeps `last_weights`.
+    is_causal=True (as in PyTorch's nn.MultiheadAttention) promises that `mask` is the plain
+    causal mask (L, L): the fused kernel then masks by itself; the written-out path uses `mask`.
     """
 
     explicit = False  # True: the written-out attention (and `last_weights`) instead of the kernel
@@ -94,14 +98,33 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        is_causal: bool = False,
     ):
         context = check_inputs(self, x, context)
-        q = split_heads(self.w_q(x), self.n_heads)  # (B, h, L_q, d_k)
-        k = split_heads(self.w_k(context), self.n_heads)  # (B, h, L_k, d_k)
-        v = split_heads(self.w_v(context), self.n_heads)
+        if not (self.explicit or need_weights) and context is x and _plain(self):
+            q, k, v = (split_heads(t, self.n_heads) for t in fused_qkv(self, x))  # one product
+        else:
+            q = split_heads(self.w_q(x), self.n_heads)  # (B, h, L_q, d_k)
+            k = split_heads(self.w_k(context), self.n_heads)  # (B, h, L_k, d_k)
+            v = split_heads(self.w_v(context), self.n_heads)
         if cache is not None:
             k, v = cache.append(k, v)
-        return attend(self, q, k, v, mask, need_weights)
+        return attend(self, q, k, v, mask, need_weights, is_causal)
+
+
+def _plain(layer: nn.Module) -> bool:
+    """w_q, w_k and w_v are plain nn.Linear layers (not replaced by something else)."""
+    return type(layer.w_q) is type(layer.w_k) is type(layer.w_v) is nn.Linear
+
+
+def fused_qkv(layer: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """x W^Q, x W^K, x W^V as one matrix product (the fast path of self-attention): the three
+    weights stacked into (3 d_model, d_model), the same numbers as the three separate products."""
+    weight = torch.cat([layer.w_q.weight, layer.w_k.weight, layer.w_v.weight])
+    bias = layer.w_q.bias
+    if bias is not None:
+        bias = torch.cat([bias, layer.w_k.bias, layer.w_v.bias])
+    return F.linear(x, weight, bias).split(layer.d_model, dim=-1)
 
 
 def check_inputs(layer: nn.Module, x: torch.Tensor, context: torch.Tensor | None) -> torch.Tensor:
@@ -119,16 +142,23 @@ def check_inputs(layer: nn.Module, x: torch.Tensor, context: torch.Tensor | None
     return context
 
 
-def attend(layer: nn.Module, q, k, v, mask, need_weights: bool):
+def attend(layer: nn.Module, q, k, v, mask, need_weights: bool, is_causal: bool = False):
     """The heads q (B, h, L_q, d_k), k, v (B, h, L_k, d_k) through attention, then Concat(heads) W^O.
 
     The one fast/explicit switch: the fused kernel, or (explicit, or weights asked for) the
     written-out attention, whose weights are kept in `layer.last_weights`. Dropout on the weights
-    while training.
+    while training. `is_causal` (as in PyTorch's nn.MultiheadAttention) says that `mask` is the
+    plain causal mask (L, L): the kernel then masks by itself instead of reading the mask.
     """
+    L_q, L_k = q.shape[2], k.shape[2]
     if mask is not None:
-        require_bool_mask(
-            mask, (q.shape[0], layer.n_heads, q.shape[2], k.shape[2]), "(B, h, L_q, L_k) ="
+        require_bool_mask(mask, (q.shape[0], layer.n_heads, L_q, L_k), "(B, h, L_q, L_k) =")
+    if is_causal and (mask is None or L_q != L_k or tuple(mask.shape) != (L_q, L_k)):
+        got = "no mask" if mask is None else f"a mask of shape {tuple(mask.shape)}"
+        raise ValueError(
+            f"is_causal=True says the mask is the causal mask (L, L) = ({L_q}, {L_q}) for "
+            f"{L_q} queries and {L_k} keys, got {got}: pass is_causal=True only with "
+            "causal_mask(L) itself (no padding, no cache)"
         )
     p = layer.dropout.p if layer.training else 0.0
     if need_weights or layer.explicit:
@@ -137,6 +167,6 @@ def attend(layer: nn.Module, q, k, v, mask, need_weights: bool):
         if p:
             out = layer.dropout(weights) @ v
     else:
-        out, weights = fused_attention(q, k, v, mask, dropout_p=p), None
+        out, weights = fused_attention(q, k, v, mask, dropout_p=p, is_causal=is_causal), None
     out = layer.w_o(merge_heads(out))  # Concat(heads) W^O
     return (out, weights) if need_weights else out

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab import gpt as gpt_module
+from transformer_lab import set_explicit
 from transformer_lab.gpt import (
     GPT,
     GPTClassifier,
@@ -671,3 +672,141 @@ def test_shift_targets_and_lm_loss():
     logits = torch.randn(1, 5, 9, dtype=torch.float64)
     expected = F.cross_entropy(logits[0, :2], torch.tensor([6, 7]))
     torch.testing.assert_close(lm_loss(logits, shift_targets(idx, pad_id=0)), expected)
+
+
+# -- the activation: GPT-2's tanh GELU or the exact one ------------------------------------------
+
+
+def test_activation_is_a_choice_with_gpt2s_tanh_gelu_by_default():
+    assert make_gpt().activation == "gelu_tanh"
+    for activation, function in [
+        ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+        ("gelu", F.gelu),
+    ]:
+        model = make_gpt(torch.float64, activation=activation)
+        ffn = model.blocks[0].ffn
+        x = torch.randn(2, 3, D, dtype=torch.float64)
+        torch.testing.assert_close(ffn(x), ffn.w_2(function(ffn.w_1(x))), atol=1e-12, rtol=0)
+        assert all(b.ffn.activation == activation for b in model.blocks)
+    with pytest.raises(ValueError, match="activation"):
+        GPT(V, N_POS, D, H, N_LAYERS, activation="swish")
+
+
+@pytest.mark.parametrize("hf_name,ours", [("gelu_new", "gelu_tanh"), ("gelu", "gelu")])
+def test_from_hf_sets_the_activation_and_matches_hugging_face(hf_name, ours):
+    hf = make_hf(activation_function=hf_name)
+    model = GPT.from_hf(hf)
+    assert model.activation == ours
+    assert logit_gap(model, hf, tokens(2, 11)) < 1e-5
+    assert model.to_hf_config().activation_function == hf_name
+
+
+@pytest.mark.parametrize("hf_name,wrong", [("gelu_new", "gelu"), ("gelu", "gelu_tanh")])
+def test_mutant_from_hf_with_the_other_gelu_fails_parity(monkeypatch, hf_name, wrong):
+    hf = make_hf(activation_function=hf_name)
+    monkeypatch.setitem(gpt_module._FROM_HF_ACTIVATION, hf_name, wrong)
+    assert logit_gap(GPT.from_hf(hf), hf, tokens(2, 11)) > 1e-4
+
+
+# -- the fast path (fused QKV product, the kernel's own causal mask) equals the written-out one ---
+
+
+def fused_and_explicit(module: nn.Module, run) -> list[list[torch.Tensor]]:
+    """[fused, explicit]: for each path, run(module)'s output and the gradients of its squares
+    with respect to every parameter of `module`."""
+    results = []
+    for explicit in (False, True):
+        set_explicit(module, explicit)
+        out = run(module)
+        grads = torch.autograd.grad(out.square().sum(), list(module.parameters()))
+        results.append([out, *grads])
+    set_explicit(module, False)
+    return results
+
+
+def assert_paths_equal(results, tol=1e-10) -> None:
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+def gpt2_block_masks(B: int, L: int) -> dict[str, tuple[torch.Tensor, bool]]:
+    """(mask, is_causal) for GPT's causal mask (with the hint), and with padding (without)."""
+    keep = torch.ones(B, L, dtype=torch.bool)
+    keep[0, L - 3 :] = False  # the first row's last 3 keys are padding
+    causal = causal_mask(L)
+    return {
+        "causal, is_causal": (causal, True),
+        "causal and padding": (causal & keep[:, None, None, :], False),
+        "padding only": (keep[:, None, None, :], False),
+    }
+
+
+@pytest.mark.parametrize("kind", ["causal, is_causal", "causal and padding", "padding only"])
+def test_block_fused_path_equals_explicit_path(kind):
+    model = make_gpt(torch.float64)
+    x = torch.randn(3, 9, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    mask, is_causal = gpt2_block_masks(3, 9)[kind]
+    results = fused_and_explicit(model.blocks[0], lambda b: b(x, mask=mask, is_causal=is_causal))
+    assert_paths_equal(results)
+
+
+def test_mutant_kernel_causal_despite_padding_is_caught(monkeypatch):
+    """A fast path that lets the kernel mask causally whenever it gets a square mask (and so
+    drops the padding) must differ from the written-out path."""
+    from transformer_lab import multihead
+
+    def causal_whenever_square(q, k, v, mask=None, dropout_p=0.0, is_causal=False):
+        square = mask is not None and q.shape[-2] == k.shape[-2]
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=None if square else mask, dropout_p=dropout_p, is_causal=square
+        )
+
+    monkeypatch.setattr(multihead, "fused_attention", causal_whenever_square)
+    model = make_gpt(torch.float64)
+    x = torch.randn(3, 9, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    mask, _ = gpt2_block_masks(3, 9)["causal and padding"]
+    results = fused_and_explicit(model.blocks[0], lambda b: b(x, mask=mask))
+    with pytest.raises(AssertionError):
+        assert_paths_equal(results)
+
+
+def test_is_causal_with_another_mask_is_refused():
+    block = make_gpt().blocks[0]
+    x = torch.randn(3, 9, D)
+    mask, _ = gpt2_block_masks(3, 9)["causal and padding"]
+    with pytest.raises(ValueError, match="is_causal=True says the mask is the causal mask"):
+        block(x, mask=mask, is_causal=True)
+    with pytest.raises(ValueError, match="is_causal"):
+        block(x, mask=None, is_causal=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpt_fused_path_equals_explicit_path_and_keeps_its_parameters(dtype):
+    model = make_gpt(dtype)
+    keys = {k for k in model.state_dict() if ".self_attn." in k and k.startswith("blocks.0.")}
+    assert keys == {f"blocks.0.self_attn.w_{n}.{p}" for n in "qkvo" for p in ("weight", "bias")}
+    idx = tokens(3, 20, seed=5)
+    tol = TOL[dtype] * 10
+    assert_paths_equal(fused_and_explicit(model, lambda m: m(idx)), tol)
+    # through the cache: a prompt, single tokens and multi-token chunks
+    set_explicit(model, True)
+    with torch.no_grad():
+        explicit = model(idx)
+    set_explicit(model, False)
+    got = cached_logits(model, idx, [5, 1, 3, 1, 4, 6])
+    torch.testing.assert_close(got, explicit, atol=tol, rtol=tol)
+
+
+def test_mutant_is_causal_passed_with_a_cached_prefix_is_refused(monkeypatch):
+    """is_causal at every mask would be wrong for a chunk after cached positions (its mask is the
+    last rows of the causal mask, not a causal mask of its own): attend refuses it."""
+    original = gpt_module.GPTBlock.forward
+
+    def hint_whenever_masked(self, x, mask=None, cache=None, is_causal=False):
+        return original(self, x, mask=mask, cache=cache, is_causal=mask is not None)
+
+    monkeypatch.setattr(gpt_module.GPTBlock, "forward", hint_whenever_masked)
+    model, idx = make_gpt(), tokens(2, 10)
+    model(idx)  # no cache: the hint is right
+    with pytest.raises(ValueError, match="is_causal"):
+        cached_logits(model, idx, [4, 1, 1, 4])

@@ -260,14 +260,16 @@ _PROCESS_WORKER: Worker | None = None
 _PROCESS_LOCK = threading.Lock()
 
 
-def process_worker(env: dict[str, str], isolate: bool = True) -> Worker:
+def process_worker(env_for, isolate: bool = True) -> Worker:
     """One worker for this whole process (a Dask worker grades many tasks): started on first
-    use, stopped when the process exits (its control socket closes with us in any case)."""
+    use (`env_for(home)` gives its environment), started again if it died, stopped when the
+    process exits (its control socket closes with us in any case)."""
     global _PROCESS_WORKER
     with _PROCESS_LOCK:
-        if _PROCESS_WORKER is None or _PROCESS_WORKER.problem == "the grading worker exited":
+        dead = _PROCESS_WORKER is not None and not _PROCESS_WORKER._reader.is_alive()
+        if _PROCESS_WORKER is None or dead:
             folder = Path(tempfile.mkdtemp(prefix="tl-grading-worker-"))
-            _PROCESS_WORKER = Worker.start(env, folder, isolate)
+            _PROCESS_WORKER = Worker.start(env_for(folder / "home"), folder / "run", isolate)
             import atexit
 
             atexit.register(_PROCESS_WORKER.stop)

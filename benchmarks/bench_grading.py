@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/bench_grading.py --cost [--lessons 02_qkv_attention 03_...]
     .venv/bin/python benchmarks/bench_grading.py --breakdown [--lesson 02_qkv_attention]
     .venv/bin/python benchmarks/bench_grading.py --hang [--lesson 02_qkv_attention]
+    .venv/bin/python benchmarks/bench_grading.py --worker [--lessons ...] [--students 4]
 
 --cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
 (grading settings: quick mode, one thread) and the grading of that notebook as one student's
@@ -553,6 +554,51 @@ def hang(lesson: str) -> None:
             )
 
 
+def worker_cost(lessons: list[str], students: int) -> None:
+    """Per notebook, a class of `students` copies of the solution graded in one run with the
+    grading worker switched off (an interpreter per job: its imports paid per notebook) and on
+    (jobs forked from one pre-imported worker: paid once per run), side by side with the plain
+    nbclient execution of the notebook; per-run caches warm as in a class."""
+    import nbformat
+
+    from transformer_lab.instructor import cell_limits
+
+    print(
+        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, {students} students a run, "
+        f"sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}"
+    )
+    print(
+        "| lesson | worker | plain CPU (s) | graded wall / notebook (s) | graded CPU / notebook (s) "
+        "| ratio CPU | job imports CPU (s, mean) | full marks |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+            tmp = Path(tmp)
+            course = _prepared_course(tmp, lesson)
+            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+            env = _grading_env(course, tmp / "plain-home")
+            _, _, p_cpu = _timed(cell_limits.time_cells, notebook, env)
+            solution = nbformat.read(notebook, as_version=4)
+            for label, switch in (("off", False), ("on", True)):
+                subs = tmp / f"class-{label}"
+                for i in range(students):
+                    folder = subs / f"s{i:03d}" / lesson
+                    folder.mkdir(parents=True)
+                    nbformat.write(solution, folder / f"{lesson}.ipynb")
+                records, wall, cpu = _timed(
+                    grade.grade, course, lesson, subs, quiet=True, force=True, worker=switch
+                )
+                imports = [r.get("cpu_timings", {}).get("imports", float("nan")) for r in records]
+                full = sum(r["score"] == r["max_score"] for r in records)
+                print(
+                    f"| {lesson} | {label} | {p_cpu:.1f} | {wall / students:.1f} | "
+                    f"{cpu / students:.1f} | {cpu / students / p_cpu:.2f} | "
+                    f"{sum(imports) / len(imports):.2f} | {full}/{len(records)} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -567,10 +613,18 @@ def main() -> None:
     parser.add_argument("--lessons", nargs="*", help="for --cost (default: every lesson)")
     parser.add_argument("--breakdown", action="store_true", help="where one notebook's time goes")
     parser.add_argument("--hang", action="store_true", help="hanging and looping students")
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="a class graded with the pre-imported grading worker off, then on (--lessons)",
+    )
     args = parser.parse_args()
     if args.cost:
         every = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
         cost(args.lessons or every)
+        return
+    if args.worker:
+        worker_cost(args.lessons or [args.lesson], args.students)
         return
     if args.breakdown:
         breakdown(args.lesson)

@@ -19,7 +19,9 @@ as `sandbox.run` makes one, before it runs anything of the job:
 
 The worker itself never runs student code: it only imports what `job.trusted_imports` imports (a
 job imports all of it before any student code runs anyway) and forks. It is single-threaded
-(fork and unshare(CLONE_NEWUSER) need that). The grader keeps everything else as `sandbox.run`
+(fork and unshare(CLONE_NEWUSER) need that). A boxed job cannot reach it: the control socket is
+closed in the job, and the worker's pid lies outside the job's PID namespace (no ptrace, no
+pidfd_getfd); its folder (worker.log) is inside the run's folder, which jobs see empty. The grader keeps everything else as `sandbox.run`
 does: the wall-clock cap (it asks the worker to SIGKILL the job's session), stdout/stderr, the
 `sandbox.Result`. Where the worker cannot start or cannot isolate, `Grader` falls back to one
 interpreter per job and says so in the flags; TRANSFORMER_LAB_GRADING_WORKER=0 (or
@@ -494,15 +496,19 @@ def _as_job_environment(env: dict[str, str]) -> None:
 
 
 def _reset_import_time_state() -> None:
-    """Forget what the worker's imports derived from the worker's environment and folder
-    (see tests/grading/test_worker.py::test_import_time_state_follows_the_job)."""
+    """Forget what the worker derived from its own environment and folder before the job's.
+
+    Checked for everything the worker imports (nbgrader, nbconvert, jupyter_core/_client,
+    traitlets, torch, transformer_lab and its checks): HOME, JUPYTER_*, IPYTHONDIR,
+    TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read when
+    called, not at import; matplotlib and IPython are not imported by the worker (their config
+    folders would be cached). Read at import, and the same in the worker's environment as in
+    every job's (both from `grade._env`, i.e. `sandbox.GRADING_ENV`): tqdm's TQDM_* defaults
+    and the thread counts (OMP_NUM_THREADS; torch.set_num_threads(1) in `trusted_imports`).
+    What remains is reset here; tests/grading/test_worker.py::
+    test_import_time_state_follows_the_job checks the lot."""
     tempfile.tempdir = None  # gettempdir() caches $TMPDIR
-    sys.path_importer_cache.clear()  # finders of the worker's folders
-    for name, module in list(sys.modules.items()):
-        if name == "matplotlib" and module is not None:  # caches $MPLCONFIGDIR and $HOME
-            for fn in ("get_configdir", "get_cachedir", "_get_config_or_cache_dir"):
-                with contextlib.suppress(AttributeError):
-                    getattr(module, fn).cache_clear()
+    sys.path_importer_cache.clear()  # finders of the worker's own folders
 
 
 def _run_command(command: list[str]) -> int:

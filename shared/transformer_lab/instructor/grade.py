@@ -11,7 +11,8 @@ LMS download is collected into that layout first, see `collect`):
    stripped, note edited or deleted test cells (nbgrader puts them back from the gradebook).
 2. One job per student in a private course copy under a temporary folder (autograder/*.py,
    exercises/<assignment>, a copy of a gradebook prepared once per run, the student's folder;
-   never solutions/ or another student's files), boxed by `sandbox.run`, runs `job.run_job`:
+   never solutions/ or another student's files), boxed as `sandbox.run` boxes a command (forked
+   from the run's pre-imported `worker`, or, switched off, a new interpreter), runs `job.run_job`:
    `nbgrader autograde` with the per-cell timeout, then `verify.verify` (the clean re-check),
    then the scores are read from the private gradebook; the job hands back one JSON record
    through a pipe.

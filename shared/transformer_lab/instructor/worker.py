@@ -326,7 +326,10 @@ def _probe_isolation() -> str | None:
             os._exit(code)
     status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if status != 0:
-        return f"a forked job could not enter its namespaces (exit {status}; see worker.log)"
+        return (
+            f"a forked job could not enter its namespaces (exit {status}; the traceback is in "
+            "worker.log in the run's folder, kept with TRANSFORMER_LAB_KEEP_GRADING_DIR=1)"
+        )
     return None
 
 

@@ -9,6 +9,7 @@
     .venv/bin/python benchmarks/bench_grading.py --hang-budget [--lesson 02_qkv_attention]
     .venv/bin/python benchmarks/bench_grading.py --merge 1000
     .venv/bin/python benchmarks/bench_grading.py --fork-cost [--lessons 02_qkv_attention ...]
+    .venv/bin/python benchmarks/bench_grading.py --worker [--lessons ...] [--students 4]
 
 --cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
 (grading settings: quick mode, one thread) and the grading of that notebook as one student's
@@ -722,6 +723,51 @@ def fork_cost(lessons: list[str]) -> None:
         )
 
 
+def worker_cost(lessons: list[str], students: int) -> None:
+    """Per notebook, a class of `students` copies of the solution graded in one run with the
+    grading worker switched off (an interpreter per job: its imports paid per notebook) and on
+    (jobs forked from one pre-imported worker: paid once per run), side by side with the plain
+    nbclient execution of the notebook; per-run caches warm as in a class."""
+    import nbformat
+
+    from transformer_lab.instructor import cell_limits
+
+    print(
+        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, {students} students a run, "
+        f"sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}"
+    )
+    print(
+        "| lesson | worker | plain CPU (s) | graded wall / notebook (s) | graded CPU / notebook (s) "
+        "| ratio CPU | job imports CPU (s, mean) | full marks |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
+            tmp = Path(tmp)
+            course = _prepared_course(tmp, lesson)
+            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+            env = _grading_env(course, tmp / "plain-home")
+            _, _, p_cpu = _timed(cell_limits.time_cells, notebook, env)
+            solution = nbformat.read(notebook, as_version=4)
+            for label, switch in (("off", False), ("on", True)):
+                subs = tmp / f"class-{label}"
+                for i in range(students):
+                    folder = subs / f"s{i:03d}" / lesson
+                    folder.mkdir(parents=True)
+                    nbformat.write(solution, folder / f"{lesson}.ipynb")
+                records, wall, cpu = _timed(
+                    grade.grade, course, lesson, subs, quiet=True, force=True, worker=switch
+                )
+                imports = [r.get("cpu_timings", {}).get("imports", float("nan")) for r in records]
+                full = sum(r["score"] == r["max_score"] for r in records)
+                print(
+                    f"| {lesson} | {label} | {p_cpu:.1f} | {wall / students:.1f} | "
+                    f"{cpu / students:.1f} | {cpu / students / p_cpu:.2f} | "
+                    f"{sum(imports) / len(imports):.2f} | {full}/{len(records)} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -746,7 +792,15 @@ def main() -> None:
         action="store_true",
         help="graded with the kernel launched and forked, against plain, per lesson",
     )
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help="a class graded with the pre-imported grading worker off, then on (--lessons)",
+    )
     args = parser.parse_args()
+    if args.worker:
+        worker_cost(args.lessons or [args.lesson], args.students)
+        return
     if args.hang_budget:
         hang_budget(args.lesson)
         return

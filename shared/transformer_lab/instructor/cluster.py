@@ -42,7 +42,9 @@ import time
 import uuid
 from pathlib import Path
 
+from . import worker as job_worker
 from .grade import MAX_NOTEBOOK_BYTES, Grader
+from .grade import _env as grade_env
 from .records import validate_record
 
 # Students waiting on the cluster at once (one thread each here; Dask queues them on its side).
@@ -240,6 +242,10 @@ def grade_on_worker(shared: dict, task: dict) -> dict:
             setattr(grader, name, value)
         grader.run_dir = root / "run"
         grader._base = base
+        if grader.use_worker:  # one pre-imported worker per Dask worker process forks the jobs
+            grader._worker = job_worker.process_worker(
+                lambda home: grade_env(course, home), grader.isolate
+            )
         with _ENV_LOCK:  # what the job's environment takes from this process (grade._env)
             for name, value in shared["environ"].items():
                 if value is None:
@@ -304,6 +310,8 @@ class ClusterGrader(Grader):
     """A `Grader` whose students are graded on Dask workers. `scheduler`: the scheduler's
     address (tcp://HOST:PORT), or, from Python, a `distributed.Client` or a cluster object
     (dask-jobqueue's SLURMCluster, dask-kubernetes' KubeCluster, a dask-gateway cluster)."""
+
+    local_jobs = False  # no grading worker here: each Dask worker process has its own
 
     def __init__(self, *args, scheduler: str, check_workers: bool = True, **options):
         super().__init__(*args, **options)

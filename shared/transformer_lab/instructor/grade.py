@@ -11,7 +11,8 @@ LMS download is collected into that layout first, see `collect`):
    stripped, note edited or deleted test cells (nbgrader puts them back from the gradebook).
 2. One job per student in a private course copy under a temporary folder (autograder/*.py,
    exercises/<assignment>, a copy of a gradebook prepared once per run, the student's folder;
-   never solutions/ or another student's files), boxed by `sandbox.run`, runs `job.run_job`:
+   never solutions/ or another student's files), boxed as `sandbox.run` boxes a command (forked
+   from the run's pre-imported `worker`, or, switched off, a new interpreter), runs `job.run_job`:
    `nbgrader autograde` with the per-cell timeout, then `verify.verify` (the clean re-check),
    then the scores are read from the private gradebook; the job hands back one JSON record
    through a pipe.
@@ -43,6 +44,7 @@ from pathlib import Path
 import nbformat
 
 from . import cell_limits, nbgrader_app, sandbox
+from . import worker as job_worker
 from .course import PACKAGE_REPO
 from .notebook_format import graded_cells, is_test_cell, released_notebooks, repair
 from .records import (
@@ -226,6 +228,7 @@ class Grader:
         isolate: bool = True,
         quiet: bool = False,
         verify: bool = True,
+        worker: bool | None = None,
     ):
         self.course = Path(course).resolve()
         self.assignment = assignment
@@ -238,6 +241,10 @@ class Grader:
         self.isolate = isolate
         self.quiet = quiet
         self.verify = verify  # False only for courses whose tests are not transformer_lab checks
+        # one pre-imported process forks every job (`worker`); None: $TRANSFORMER_LAB_GRADING_WORKER
+        self.use_worker = job_worker.switched_on(worker)
+        self._worker: job_worker.Worker | None = None
+        self._worker_problem: str | None = None
         self.released = released_notebooks(self.course, assignment)
         self.cells = graded_cells(self.released)
         self.lock = threading.Lock()
@@ -286,12 +293,14 @@ class Grader:
         if todo:
             self.run_dir = Path(tempfile.mkdtemp(prefix="transformer-lab-grade-"))
             try:
+                self._start_worker()
                 self.say(f"time limits: {cell_limits.describe(self.time_limits())}")
                 with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
                     futures = [pool.submit(self._one, *job) for job in todo]
                     for future in concurrent.futures.as_completed(futures):
                         future.result()
             finally:
+                self._stop_worker()
                 if not os.environ.get("TRANSFORMER_LAB_KEEP_GRADING_DIR"):
                     shutil.rmtree(self.run_dir, ignore_errors=True)
         records = load_records(self.course, self.assignment)
@@ -302,6 +311,45 @@ class Grader:
         except Exception as error:  # the records and the CSV are what counts
             self.say(f"warning: could not merge into the course gradebook: {error}")
         return records
+
+    # Whether jobs are forked from one pre-imported worker: a local run starts its own; `cluster`
+    # grades elsewhere (its Dask workers use `worker.process_worker`).
+    local_jobs = True
+
+    def _start_worker(self) -> None:
+        """Start this run's worker (its imports overlap the run's set-up); on failure every job
+        starts its own interpreter and says why (`_launch`)."""
+        self._worker, self._worker_problem = None, None
+        if not (self.use_worker and self.local_jobs):
+            return
+        try:
+            self._worker = job_worker.Worker.start(
+                _env(self.course, self.run_dir / "worker-home"),
+                self.run_dir / "worker",
+                isolate=self.isolate,
+            )
+        except OSError as error:
+            self._worker_problem = f"the grading worker could not start: {error}"
+
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def _launch(self, command: list[str], flags: list[str], **box) -> sandbox.Result:
+        """The job in its sandbox: forked from the run's worker, or (worker switched off, or
+        unable to serve: the reason goes into the flags) in an interpreter of its own."""
+        chosen = self._worker
+        problem = self._worker_problem
+        if chosen is not None:
+            problem = chosen.available()
+            if problem is None:
+                return chosen.run(command, **box)
+        if problem:
+            flags.append(
+                f"grading worker unavailable ({problem}): the job started its own interpreter"
+            )
+        return sandbox.run(command, **box)
 
     def base_gradebook(self) -> Path:
         """A gradebook with the assignment registered and nothing else: prepared once per
@@ -440,14 +488,9 @@ class Grader:
         hide += [self.run_dir]
         if not _is_ancestor(self.submissions, [self.course, PACKAGE_REPO, Path(sys.prefix)]):
             hide.append(self.submissions)
-        result = sandbox.run(
-            [
-                sys.executable,
-                "-m",
-                "transformer_lab.instructor.job",
-                "--job",
-                str(job / "spec.json"),
-            ],
+        result = self._launch(
+            [sys.executable, "-m", job_worker.JOB_MODULE, "--job", str(job / "spec.json")],
+            flags,
             cwd=course / "autograder",
             env=env,
             limits=self.limits,

@@ -128,6 +128,17 @@ def _set_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
 
 
+def isolation(isolate: bool = True) -> tuple[bool, str | None]:
+    """(whether a job gets its namespaces, the warning recorded when it does not)."""
+    why = namespaces_unavailable() if isolate else "isolation switched off"
+    if why is None:
+        return True, None
+    return False, (
+        f"grading without a sandbox ({why}): network and the course's files are visible to "
+        "student code"
+    )
+
+
 def run(
     command: list[str],
     *,
@@ -145,8 +156,7 @@ def run(
     The job may write one result (bytes) to the pipe whose descriptor is in
     $TRANSFORMER_LAB_RESULT_FD; nothing else it writes is trusted.
     """
-    warning = namespaces_unavailable() if isolate else "isolation switched off"
-    isolated = warning is None
+    isolated, warning = isolation(isolate)
     if isolated:
         spec = {
             "hide": [str(p) for p in hide],
@@ -160,7 +170,6 @@ def run(
         # this file as a script (standard library only): no package import before the job's
         argv = [*_unshare_prefix(), sys.executable, "-I", "-S", __file__, str(spec_path)]
     else:
-        warning = f"grading without a sandbox ({warning}): network and the course's files are visible to student code"
         argv = command
     read_fd, write_fd = os.pipe()
     env = dict(env, TRANSFORMER_LAB_RESULT_FD=str(write_fd))
@@ -238,9 +247,10 @@ def _bind(source: str, target: str) -> None:
         raise OSError(ctypes.get_errno(), f"bind mount {source} -> {target} failed")
 
 
-def _enter(spec_path: str) -> None:
-    """Inside the namespaces (we are PID 1 there): set up the mounts, then exec the command."""
-    spec = json.loads(Path(spec_path).read_text())
+def mount_view(spec: dict) -> None:
+    """The job's view of the disk, inside its own mount namespace: `readonly` folders re-mounted
+    read-only, `hide` folders covered by empty tmpfs, `keep` (the job's folder) visible and
+    writable even where it lies under a hidden folder. Used by `_enter` and `worker`."""
     keep = Path(spec["keep"])
     keep_fd = os.open(keep, os.O_RDONLY | os.O_DIRECTORY)
 
@@ -259,6 +269,12 @@ def _enter(spec_path: str) -> None:
         keep.mkdir(parents=True)
         _bind(f"/proc/self/fd/{keep_fd}", str(keep))  # the magic link still names the real one
     os.close(keep_fd)
+
+
+def _enter(spec_path: str) -> None:
+    """Inside the namespaces (we are PID 1 there): set up the mounts, then exec the command."""
+    spec = json.loads(Path(spec_path).read_text())
+    mount_view(spec)
     os.chdir(spec["cwd"])
     os.execvp(spec["command"][0], spec["command"])
 

@@ -1,0 +1,536 @@
+"""One pre-imported grading worker per run: it forks one sandboxed job per submission.
+
+Why: a job started as `python -m transformer_lab.instructor.job` paid the interpreter's start and
+`job.trusted_imports` (torch, nbgrader, the checks: about 2.5-2.8 CPU s) for every notebook
+(benchmarks/RESULTS.md §11). The worker pays them once per run (`Grader.run`) or once per Dask
+worker process (`process_worker`), then for each job forks a child that becomes the job exactly
+as `sandbox.run` makes one, before it runs anything of the job:
+
+- a new session, killed with its parent (PR_SET_PDEATHSIG), the job's rlimits (`_set_limits`);
+- where namespaces are available: unshare(2) of the mount, network and PID namespaces (and a user
+  namespace mapping us to root when we are not root), then a second fork, PID 1 of the new PID
+  namespace, which sets up the same view of the disk as `sandbox._enter` (`sandbox.mount_view`);
+  the first child waits for it and dies the way it died (as `unshare --fork --kill-child` does);
+- the job's working folder and environment (`os.environ` replaced: nothing of the worker's), and
+  import-time state that depends on the environment reset (`_reset_import_time_state`);
+- every inherited descriptor closed except stdin (/dev/null), the job's stdout/stderr files and
+  its result pipe (fd 3, as $TRANSFORMER_LAB_RESULT_FD): the worker's control socket never reaches
+  a job. The child never returns into the worker's loop (it ends with os._exit).
+
+The worker itself never runs student code: it only imports what `job.trusted_imports` imports (a
+job imports all of it before any student code runs anyway) and forks. It is single-threaded
+(fork and unshare(CLONE_NEWUSER) need that). A boxed job cannot reach it: the control socket is
+closed in the job, and the worker's pid lies outside the job's PID namespace (no ptrace, no
+pidfd_getfd); its folder (worker.log) is inside the run's folder, which jobs see empty. The grader keeps everything else as `sandbox.run`
+does: the wall-clock cap (it asks the worker to SIGKILL the job's session), stdout/stderr, the
+`sandbox.Result`. Where the worker cannot start or cannot isolate, `Grader` falls back to one
+interpreter per job and says so in the flags; TRANSFORMER_LAB_GRADING_WORKER=0 (or
+`Grader(worker=False)`) switches it off.
+
+Protocol on a SOCK_SEQPACKET socket pair (one message per datagram, JSON):
+grader -> worker: {"op": "run", "id", "command", "cwd", "env", "limits", "isolated", "hide",
+"readonly", "keep"} with three descriptors (stdout, stderr, the result pipe's write end);
+{"op": "kill", "id"}; end of file: stop (the worker kills what still runs, then exits).
+worker -> grader: {"ready": true, "problem": null or why it cannot serve}, then
+{"id", "status"} when a job ended (status as `subprocess.Popen.returncode`), or {"id", "error"}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import itertools
+import json
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from . import sandbox
+
+SWITCH = "TRANSFORMER_LAB_GRADING_WORKER"  # "0": one interpreter per job, as before
+RESULT_FD = 3  # the job's result pipe, as $TRANSFORMER_LAB_RESULT_FD
+READY_SECONDS = 600.0  # the worker's imports, on a heavily loaded machine
+JOB_MODULE = "transformer_lab.instructor.job"
+
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+PR_SET_PDEATHSIG = 1
+
+
+def switched_on(choice: bool | None = None) -> bool:
+    """`choice` if given, else the environment's TRANSFORMER_LAB_GRADING_WORKER (default on)."""
+    if choice is not None:
+        return bool(choice)
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+# ----------------------------------------------------------------------------------------------
+# The grader's side.
+
+
+class Worker:
+    """The grader's handle on one worker process; `run` has `sandbox.run`'s interface."""
+
+    def __init__(self, sock: socket.socket, pid: int, reap=None):
+        self.sock = sock
+        self.pid = pid
+        self._reap = reap or (lambda timeout: _wait_pid(pid, timeout))
+        self._send_lock = threading.Lock()
+        self._waiting: dict[int, queue.Queue] = {}
+        self._ids = itertools.count(1)
+        self._ready = threading.Event()
+        self.problem: str | None = None
+        self._reader = threading.Thread(target=self._read, name="grading-worker", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def start(cls, env: dict[str, str], cwd: Path, isolate: bool = True) -> Worker:
+        """Start `python -m transformer_lab.instructor.worker` (returns at once; the imports go
+        on in the background, `available` waits for them). Its output goes to cwd/worker.log."""
+        cwd.mkdir(parents=True, exist_ok=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-m", __name__, str(theirs.fileno())]
+        if isolate:
+            argv.append("--isolate")
+        with open(cwd / "worker.log", "ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        theirs.close()
+
+        def reap(timeout):
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+
+        return cls(ours, proc.pid, reap)
+
+    def available(self, timeout: float = READY_SECONDS) -> str | None:
+        """None once the worker has imported everything and can isolate jobs; else why not."""
+        if not self._ready.wait(timeout):
+            return f"the grading worker was not ready within {timeout:g} s"
+        return self.problem
+
+    def stop(self) -> None:
+        """End of file on the control socket: the worker kills what still runs and exits."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        if self._reap(60) is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            self._reap(None)
+        self.sock.close()
+
+    def _read(self) -> None:
+        """Hand every message to the job waiting for it; when the worker is gone, tell them all."""
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                if not self._ready.is_set():
+                    self.problem = "the grading worker exited while starting (see its worker.log)"
+                    self._ready.set()
+                self.problem = self.problem or "the grading worker exited"
+                for waiting in list(self._waiting.values()):
+                    waiting.put({"error": "the grading worker died"})
+                return
+            message = json.loads(data)
+            if "ready" in message:
+                self.problem = message.get("problem")
+                self._ready.set()
+            elif message.get("id") in self._waiting:
+                self._waiting[message["id"]].put(message)
+
+    def _send(self, message: dict, fds: list[int] = ()) -> None:
+        with self._send_lock:
+            socket.send_fds(self.sock, [json.dumps(message).encode()], list(fds))
+
+    def run(
+        self,
+        command: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        limits: sandbox.Limits,
+        hide: list[Path] = (),
+        readonly: list[Path] = (),
+        keep: Path,
+        isolate: bool = True,
+    ) -> sandbox.Result:
+        """`sandbox.run`, with the job forked from this worker instead of a new interpreter."""
+        isolated, warning = sandbox.isolation(isolate)
+        job_id = next(self._ids)
+        replies: queue.Queue = queue.Queue()
+        self._waiting[job_id] = replies
+        read_fd, write_fd = os.pipe()
+        request = {
+            "op": "run",
+            "id": job_id,
+            "command": list(command),
+            "cwd": str(cwd),
+            "env": dict(env),
+            "limits": dataclasses.asdict(limits),
+            "isolated": isolated,
+            "hide": [str(p) for p in hide],
+            "readonly": [str(p) for p in readonly],
+            "keep": str(keep),
+        }
+        start = time.monotonic()
+        try:
+            with open(keep / ".stdout", "w+b") as out, open(keep / ".stderr", "w+b") as err:
+                try:
+                    self._send(request, [out.fileno(), err.fileno(), write_fd])
+                except OSError:
+                    replies.put({"error": "the grading worker died"})
+                finally:
+                    os.close(write_fd)
+                status, timed_out, chunks = self._wait(job_id, replies, read_fd, limits)
+                out.seek(0)
+                err.seek(0)
+                stdout = out.read()[-200_000:].decode("utf-8", "replace")
+                stderr = err.read()[-200_000:].decode("utf-8", "replace")
+        finally:
+            os.close(read_fd)
+            self._waiting.pop(job_id, None)
+        if isinstance(status, str):  # the worker could not fork it, or died
+            stderr += f"\n{status}"
+            status = -signal.SIGKILL
+        return sandbox.Result(
+            returncode=None if timed_out else status,
+            timed_out=timed_out,
+            seconds=time.monotonic() - start,
+            stdout=stdout,
+            stderr=stderr,
+            record=b"".join(chunks),
+            isolated=isolated,
+            warning=warning,
+        )
+
+    def _wait(self, job_id: int, replies: queue.Queue, read_fd: int, limits: sandbox.Limits):
+        """Read the job's result until it ends; SIGKILL it at the wall-clock cap.
+        Returns (exit status or why it failed, timed out, the result's chunks)."""
+        os.set_blocking(read_fd, False)
+        chunks: list[bytes] = []
+        deadline = time.monotonic() + limits.wall_seconds
+        timed_out, reply = False, None
+        while reply is None:
+            sandbox._drain(read_fd, chunks)
+            try:
+                reply = replies.get(timeout=0.2)
+            except queue.Empty:
+                if not timed_out and time.monotonic() > deadline:
+                    timed_out = True
+                    with contextlib.suppress(OSError):
+                        self._send({"op": "kill", "id": job_id})
+        sandbox._drain(read_fd, chunks)
+        status = reply.get("status") if "error" not in reply else reply["error"]
+        return status, timed_out, chunks
+
+
+def _wait_pid(pid: int, timeout: float | None) -> int | None:
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, 0 if end is None else os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > end:
+            return None
+        time.sleep(0.05)
+
+
+_PROCESS_WORKER: Worker | None = None
+_PROCESS_LOCK = threading.Lock()
+
+
+def process_worker(env_for, isolate: bool = True) -> Worker:
+    """One worker for this whole process (a Dask worker grades many tasks): started on first
+    use (`env_for(home)` gives its environment), started again if it died, stopped when the
+    process exits (its control socket closes with us in any case)."""
+    global _PROCESS_WORKER
+    with _PROCESS_LOCK:
+        dead = _PROCESS_WORKER is not None and not _PROCESS_WORKER._reader.is_alive()
+        if _PROCESS_WORKER is None or dead:
+            folder = Path(tempfile.mkdtemp(prefix="tl-grading-worker-"))
+            _PROCESS_WORKER = Worker.start(env_for(folder / "home"), folder / "run", isolate)
+            import atexit
+
+            atexit.register(_PROCESS_WORKER.stop)
+        return _PROCESS_WORKER
+
+
+# ----------------------------------------------------------------------------------------------
+# The worker's side.
+
+
+def main(control_fd: int, isolate: bool) -> None:
+    """Import what every job imports, check that a forked child can be isolated, then serve."""
+    sock = socket.socket(fileno=control_fd)
+    problem = None
+    try:
+        from . import job
+
+        job.trusted_imports()
+    except Exception as error:  # noqa: BLE001 - the grader falls back and says why
+        problem = f"the grading worker could not import what a job needs: {error!r}"[:300]
+    if problem is None and isolate and sandbox.namespaces_unavailable() is None:
+        problem = _probe_isolation()
+    _reply(sock, {"ready": True, "problem": problem})
+    if problem is None:
+        serve(sock)
+
+
+def _reply(sock: socket.socket, message: dict) -> bool:
+    try:
+        sock.send(json.dumps(message).encode())
+        return True
+    except OSError:
+        return False
+
+
+def _probe_isolation() -> str | None:
+    """None if a forked child can enter new namespaces and mount there (as every job will)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _unshare()
+            inner = os.fork()
+            if inner == 0:
+                os._exit(subprocess.run(["mount", "--make-rprivate", "/"]).returncode)
+            code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if status != 0:
+        return (
+            f"a forked job could not enter its namespaces (exit {status}; the traceback is in "
+            "worker.log in the run's folder, kept with TRANSFORMER_LAB_KEEP_GRADING_DIR=1)"
+        )
+    return None
+
+
+def serve(sock: socket.socket) -> None:
+    """Fork a job per request, report each job's end; on end of file kill the rest and return."""
+    running: dict[int, int] = {}  # job id -> pid (the leader of the job's session)
+    while True:
+        readable, _, _ = select.select([sock], [], [], 0.1)
+        if not _report_ended(sock, running):
+            break
+        if not readable:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 22, 3)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            break
+        request = json.loads(data)
+        if request["op"] == "run":
+            try:
+                running[request["id"]] = _fork_job(request, fds, sock)
+            except OSError as error:
+                _reply(sock, {"id": request["id"], "error": f"could not fork the job: {error}"})
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        elif request["op"] == "kill" and request["id"] in running:  # not reaped: no pid reuse
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(running[request["id"]], signal.SIGKILL)
+    for pid in running.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+    for pid in running.values():
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def _report_ended(sock: socket.socket, running: dict[int, int]) -> bool:
+    """Reap the jobs that ended and tell the grader; False when the grader is gone."""
+    for job_id, pid in list(running.items()):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            del running[job_id]
+            if not _reply(sock, {"id": job_id, "status": os.waitstatus_to_exitcode(status)}):
+                return False
+    return True
+
+
+def _fork_job(request: dict, fds: list[int], sock: socket.socket) -> int:
+    """Fork; the child becomes the job and never comes back. Returns the child's pid."""
+    if len(fds) != 3:
+        raise OSError(f"expected 3 descriptors with the request, got {len(fds)}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _become_job(request, fds, sock)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        except BaseException:  # noqa: BLE001 - into the job's stderr (or the worker's log)
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    return pid
+
+
+def _become_job(request: dict, fds: list[int], sock: socket.socket) -> int:
+    """In the forked child: become the job (see the module docstring), then run its command."""
+    os.setsid()
+    out, err, result = fds
+    sock.detach()  # its descriptor is closed below with the rest; the object must not close it
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.dup2(result, RESULT_FD)
+    close_inherited(keep=(0, 1, 2, RESULT_FD))
+    _fresh_stdio()
+    sandbox._set_limits(sandbox.Limits(**request["limits"]))
+    if request["isolated"]:
+        _enter_namespaces(request)
+    os.chdir(request["cwd"])
+    _as_job_environment(dict(request["env"], TRANSFORMER_LAB_RESULT_FD=str(RESULT_FD)))
+    return _run_command(request["command"])
+
+
+def close_inherited(keep: tuple[int, ...]) -> None:
+    """Close every descriptor not in `keep` (the worker's control socket above all)."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
+        if int(name) not in keep:
+            with contextlib.suppress(OSError):
+                os.close(int(name))
+    top = max(keep) + 1
+    os.closerange(top, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1 << 16)
+
+
+def _fresh_stdio() -> None:
+    """sys.stdin/stdout/stderr on descriptors 0-2, as a new interpreter has them (whatever the
+    worker's were: a test's capture, a log), so the job's prints land in its own files."""
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _enter_namespaces(request: dict) -> None:
+    """What `unshare --mount --net --pid --fork --kill-child [--map-root-user]` and
+    `sandbox._enter` do for a job started as a command: we end as PID 1 of the job's namespaces,
+    with its view of the disk."""
+    _unshare()
+    _become_pid_one()
+    sandbox.mount_view(request)
+
+
+def _unshare() -> None:
+    """New mount, network and PID namespaces; a user namespace mapping us to root if we are not
+    root (what `unshare --map-root-user` does). Our next child is PID 1 of the new PID one."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
+    if os.geteuid() != 0:
+        flags |= CLONE_NEWUSER
+    if _libc().unshare(flags) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"unshare failed: {os.strerror(error)}")
+    if flags & CLONE_NEWUSER:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+
+
+def _become_pid_one() -> None:
+    """Fork once more: the child (PID 1 of the new PID namespace; every process the job starts
+    dies with it) goes on; this process waits for it and ends the way it ended."""
+    pid = os.fork()
+    if pid == 0:
+        _die_with_parent()
+        return
+    os.close(RESULT_FD)  # only the job holds the result pipe
+    status = os.waitpid(pid, 0)[1]
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _die_with_parent() -> None:
+    """PR_SET_PDEATHSIG (a fork does not inherit it): if the waiting parent is killed (the
+    wall-clock cap kills the session), so is the job's PID 1, and with it the namespace."""
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _as_job_environment(env: dict[str, str]) -> None:
+    """The job's environment instead of the worker's (putenv too: exec'd programs see it)."""
+    os.environ.clear()
+    os.environ.update(env)
+    _reset_import_time_state()
+
+
+def _reset_import_time_state() -> None:
+    """Forget what the worker derived from its own environment and folder before the job's.
+
+    Checked for everything the worker imports (nbgrader, nbconvert, jupyter_core/_client,
+    traitlets, torch, transformer_lab and its checks): HOME, JUPYTER_*, IPYTHONDIR,
+    TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read when
+    called, not at import; matplotlib and IPython are not imported by the worker (their config
+    folders would be cached). Read at import, and the same in the worker's environment as in
+    every job's (both from `grade._env`, i.e. `sandbox.GRADING_ENV`): tqdm's TQDM_* defaults
+    and the thread counts (OMP_NUM_THREADS; torch.set_num_threads(1) in `trusted_imports`).
+    What remains is reset here; tests/grading/test_worker.py::
+    test_import_time_state_follows_the_job checks the lot."""
+    tempfile.tempdir = None  # gettempdir() caches $TMPDIR
+    sys.path_importer_cache.clear()  # finders of the worker's own folders
+
+
+def _run_command(command: list[str]) -> int:
+    """The job's command, in this process where it is one of ours (the grading job; a `python
+    -c` snippet, which the tests use), else exec'd (all descriptors but stdio and fd 3 closed)."""
+    python = command[:1] == [sys.executable]
+    if python and command[1:3] == ["-m", JOB_MODULE] and command[3:4] == ["--job"]:
+        from .job import run_job
+
+        sys.argv = [JOB_MODULE, *command[3:]]
+        run_job(command[4])
+        return 0
+    if python and command[1:2] == ["-c"] and len(command) >= 3:
+        sys.argv = ["-c", *command[3:]]
+        exec(compile(command[2], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
+        return 0
+    os.execvp(command[0], command)
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), "--isolate" in sys.argv[2:])

@@ -1,0 +1,414 @@
+"""The pre-imported grading worker (`instructor/worker.py`): a job forked from it is boxed
+exactly as a job started by `sandbox.run`, pays no imports, and never reaches the worker.
+
+One real worker (`python -m transformer_lab.instructor.worker`) serves most tests; the mutants
+(a child that skips the namespaces, keeps the control socket, keeps the worker's environment)
+run in a worker forked from this test process with the mutation patched in, and must fail the
+same checks. The whole pipeline (a tiny course, nbgrader, records) runs with the worker, with it
+switched off, and with a worker that cannot serve (the fallback and its flag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
+
+from transformer_lab.instructor import grade, job, sandbox, worker
+from transformer_lab.instructor.course import PACKAGE_REPO
+
+needs_namespaces = pytest.mark.skipif(
+    sandbox.namespaces_unavailable() is not None,
+    reason=f"no namespaces here: {sandbox.namespaces_unavailable()}",
+)
+
+
+def _worker_env(home: Path) -> dict[str, str]:
+    env = grade._env(PACKAGE_REPO, home)
+    env["ONLY_IN_THE_WORKER"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def real_worker(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("worker")
+    started = worker.Worker.start(_worker_env(folder / "home"), folder / "run")
+    assert started.available() is None, (folder / "run" / "worker.log").read_text()
+    yield started
+    started.stop()
+
+
+@contextlib.contextmanager
+def forked_worker(isolate: bool = True):
+    """A worker forked from this process: what the test patched into `worker` applies there."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            ours.close()
+            os.chdir(tempfile.mkdtemp())  # as the real one: not in the repository (its .venv)
+            worker.main(theirs.detach(), isolate)
+        finally:
+            os._exit(0)
+    theirs.close()
+    handle = worker.Worker(ours, pid)
+    try:
+        assert handle.available(300) is None
+        yield handle
+    finally:
+        handle.stop()
+
+
+# What a job sees, printed as JSON by a `python -c` job (run in the forked child, in-process).
+PROBE = r"""
+import json, os, socket, sys, tempfile
+from pathlib import Path
+seen = {"pid": os.getpid(), "torch imported before": "torch" in sys.modules}
+links = {}  # first: the probe's own sockets below are not the job's
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        links[int(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # the listing's own descriptor, closed by now
+        pass
+seen["sockets"] = sorted(fd for fd, link in links.items() if link.startswith("socket:"))
+result_fd = int(os.environ["TRANSFORMER_LAB_RESULT_FD"])
+seen["extra fds"] = sorted(set(links) - {0, 1, 2, result_fd})
+seen["hidden"] = sorted(os.listdir(os.environ["SECRET"]))
+try:
+    open(os.path.join(os.environ["COURSE"], "new.txt"), "w")
+    seen["course"] = "writable"
+except OSError as error:
+    seen["course"] = error.errno
+try:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    socket.create_connection(server.getsockname(), timeout=2)
+    seen["loopback"] = "up"
+except OSError:
+    seen["loopback"] = "down"
+seen["worker env"] = "ONLY_IN_THE_WORKER" in os.environ
+Path("mine.txt").write_text("ok")
+os.write(int(os.environ["TRANSFORMER_LAB_RESULT_FD"]), b"done")
+print(json.dumps(seen))
+"""
+
+
+def _box(tmp_path: Path) -> dict:
+    secret, course, job_dir = tmp_path / "secret", tmp_path / "course", tmp_path / "job"
+    for folder in (secret, course, job_dir):
+        folder.mkdir(parents=True)
+    (secret / "answer.txt").write_text("42")
+    env = {"PATH": os.environ["PATH"], "SECRET": str(secret), "COURSE": str(course)}
+    return dict(
+        cwd=job_dir,
+        env=env,
+        limits=sandbox.Limits(wall_seconds=120),
+        hide=[secret],
+        readonly=[course],
+        keep=job_dir,
+    )
+
+
+def isolation_problems(result: sandbox.Result, box: dict) -> list[str]:
+    """What is wrong with a probed job's box (empty: as good as `sandbox.run`'s)."""
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.splitlines()[-1])
+    problems = []
+    if not result.isolated or seen["pid"] != 1:
+        problems.append(f"not PID 1 of its own namespace (pid {seen['pid']})")
+    if seen["hidden"]:
+        problems.append(f"a hidden folder shows {seen['hidden']}")
+    if seen["course"] != 30:  # EROFS
+        problems.append(f"the course is {seen['course']}")
+    if seen["loopback"] != "down":
+        problems.append("the network is reachable")
+    if seen["sockets"]:
+        problems.append(f"socket descriptors open in the job: {seen['sockets']}")
+    if seen["extra fds"]:
+        problems.append(f"descriptors other than stdio and the result pipe: {seen['extra fds']}")
+    if seen["worker env"]:
+        problems.append("the worker's environment reached the job")
+    if result.record != b"done" or (box["keep"] / "mine.txt").read_text() != "ok":
+        problems.append("the job's folder or result pipe did not work")
+    return problems
+
+
+@needs_namespaces
+def test_a_forked_job_is_boxed_like_a_sandboxed_one_and_imported_nothing(real_worker, tmp_path):
+    box = _box(tmp_path / "w")
+    forked = real_worker.run([sys.executable, "-c", PROBE], **box)
+    assert isolation_problems(forked, box) == []
+    assert json.loads(forked.stdout)["torch imported before"] is True  # the worker's imports
+    assert forked.warning is None
+    assert (tmp_path / "w" / "secret" / "answer.txt").exists()
+    assert not (tmp_path / "w" / "course" / "new.txt").exists()
+    # the same probe, started by sandbox.run: the same box, a fresh interpreter
+    box = _box(tmp_path / "s")
+    fresh = sandbox.run([sys.executable, "-c", PROBE], **box)
+    assert isolation_problems(fresh, box) == []
+    assert json.loads(fresh.stdout)["torch imported before"] is False
+
+
+@needs_namespaces
+@pytest.mark.parametrize(
+    "mutant, expected",
+    [
+        ("_enter_namespaces", "not PID 1"),  # the child skips unshare and the mounts
+        ("close_inherited", "socket descriptors"),  # the child keeps the control socket
+    ],
+)
+def test_mutant_children_fail_the_isolation_check(mutant, expected, tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, mutant, lambda *args, **kwargs: None)
+    box = _box(tmp_path)
+    with forked_worker() as broken:
+        result = broken.run([sys.executable, "-c", PROBE], **box)
+    problems = isolation_problems(result, box)
+    assert any(expected in problem for problem in problems), problems
+
+
+@needs_namespaces
+def test_the_unmutated_forked_worker_passes_the_isolation_check(tmp_path):
+    box = _box(tmp_path)
+    with forked_worker() as fine:
+        result = fine.run([sys.executable, "-c", PROBE], **box)
+    assert isolation_problems(result, box) == []
+
+
+def test_the_worker_is_single_threaded(real_worker):
+    """fork() and unshare(CLONE_NEWUSER) are only safe in a single-threaded process."""
+    assert os.listdir(f"/proc/{real_worker.pid}/task") == [str(real_worker.pid)]
+
+
+ENVIRONMENT_PROBE = r"""
+import json, os, sys, tempfile
+import jupyter_core.paths as jp
+from transformer_lab import registry, student, train
+print(json.dumps({
+    "home": os.path.expanduser("~"),
+    "tmp": tempfile.gettempdir(),
+    "runtime": jp.jupyter_runtime_dir(),
+    "config": jp.jupyter_config_dir(),
+    "data": jp.jupyter_data_dir(),
+    "student": str(student.student_dir()),
+    "quick": train.quick_mode(),
+    "grading": registry.grading_mode(),
+    "cwd": os.getcwd(),
+    "path": sys.path,
+    "matplotlib": "matplotlib" in sys.modules,
+}))
+"""
+
+
+def _environment_seen(handle, tmp_path: Path) -> tuple[dict, Path]:
+    job_dir = tmp_path / "job"
+    (job_dir / "tmp").mkdir(parents=True)
+    env = grade._env(PACKAGE_REPO, job_dir / "home")
+    env.update(TMPDIR=str(job_dir / "tmp"), TRANSFORMER_LAB_QUICK="0")
+    env[sandbox.GRADING_FLAG] = "1"
+    result = handle.run(
+        [sys.executable, "-c", ENVIRONMENT_PROBE],
+        cwd=job_dir,
+        env=env,
+        limits=sandbox.Limits(wall_seconds=120),
+        keep=job_dir,
+        isolate=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1]), job_dir
+
+
+def _environment_problems(seen: dict, job_dir: Path) -> list[str]:
+    home = job_dir / "home"
+    wanted = {
+        "home": str(home),
+        "tmp": str(job_dir / "tmp"),
+        "runtime": str(home / "runtime"),
+        "config": str(home / "jupyter"),
+        "student": str(home / "student_package"),
+        "quick": False,
+        "grading": True,
+        "cwd": str(job_dir),
+        "matplotlib": False,  # not imported by the worker: nothing of it cached there
+    }
+    problems = [f"{k}: {seen[k]!r} != {v!r}" for k, v in wanted.items() if seen[k] != v]
+    if not seen["data"].startswith(str(home)):
+        problems.append(f"data dir {seen['data']}")
+    stale = [p for p in seen["path"] if p in ("", ".") or "worker" in Path(p).parts[-2:]]
+    if stale:
+        problems.append(f"the worker's folder on sys.path: {stale}")
+    return problems
+
+
+def test_import_time_state_follows_the_job(tmp_path_factory, tmp_path):
+    """What the job reads from its environment (HOME, TMPDIR, JUPYTER_*, the student folder,
+    quick and grading mode) is the job's, not the worker's, although the worker imported
+    nbgrader, jupyter_core, torch and the checks under its own environment."""
+    folder = tmp_path_factory.mktemp("worker-env")
+    env = _worker_env(folder / "home")
+    env.update(TMPDIR=str(folder), TRANSFORMER_LAB_QUICK="1")
+    started = worker.Worker.start(env, folder / "worker")
+    try:
+        assert started.available() is None
+        seen, job_dir = _environment_seen(started, tmp_path)
+    finally:
+        started.stop()
+    assert _environment_problems(seen, job_dir) == []
+
+
+def test_a_child_keeping_the_workers_environment_fails_the_environment_check(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", "/var/tmp")
+    monkeypatch.setattr(worker, "_as_job_environment", lambda env: None)
+    with forked_worker(isolate=False) as broken:
+        seen, job_dir = _environment_seen(broken, tmp_path)
+    assert _environment_problems(seen, job_dir) != []
+
+
+@needs_namespaces
+def test_the_wall_clock_cap_kills_the_job_and_its_daemons(real_worker, tmp_path):
+    marker = tmp_path / "job" / "alive"
+    (tmp_path / "job").mkdir()
+    code = (
+        "import subprocess, time\n"
+        f"subprocess.Popen(['setsid', 'sh', '-c', 'sleep 4; touch {marker}'])\n"
+        "time.sleep(100)\n"
+    )
+    result = real_worker.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path / "job",
+        env={"PATH": os.environ["PATH"]},
+        limits=sandbox.Limits(wall_seconds=2),
+        keep=tmp_path / "job",
+    )
+    assert result.timed_out and result.returncode is None
+    time.sleep(4)
+    assert not marker.exists()
+
+
+@needs_namespaces
+def test_a_students_background_process_dies_with_the_job(real_worker, tmp_path):
+    marker = tmp_path / "job" / "alive"
+    (tmp_path / "job").mkdir()
+    code = (
+        f"import subprocess\nsubprocess.Popen(['setsid', 'sh', '-c', 'sleep 3; touch {marker}'])\n"
+    )
+    result = real_worker.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path / "job",
+        env={"PATH": os.environ["PATH"]},
+        limits=sandbox.Limits(wall_seconds=60),
+        keep=tmp_path / "job",
+    )
+    assert result.returncode == 0 and not result.timed_out, result.stderr
+    time.sleep(4)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_exit_codes_signals_and_the_memory_cap_come_back_as_from_sandbox_run(
+    real_worker, tmp_path, isolate
+):
+    def run(how, code, **limits):
+        return how(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env={"PATH": os.environ["PATH"]},
+            limits=sandbox.Limits(wall_seconds=60, **limits),
+            keep=tmp_path,
+            isolate=isolate,
+        )
+
+    for code in (
+        "import sys; sys.exit(3)",
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",  # PID 1 ignores it
+        "raise ValueError('boom')",
+    ):
+        forked, fresh = run(real_worker.run, code), run(sandbox.run, code)
+        assert (forked.returncode, forked.isolated) == (fresh.returncode, fresh.isolated), code
+        assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
+    if not isolate:
+        assert run(real_worker.run, "import os; os.kill(os.getpid(), 9)").returncode == -9
+    capped = run(
+        real_worker.run,
+        "try:\n    b = bytearray(3 * 2**30)\n    print('big')\nexcept MemoryError:\n"
+        "    print('capped')\n",
+        memory_bytes=real_worker_vsize(real_worker) + (1 << 30),
+    )
+    assert capped.stdout.strip() == "capped"
+
+
+def real_worker_vsize(handle) -> int:
+    """The worker's address space (a forked job starts with it; the cap must exceed it)."""
+    for line in Path(f"/proc/{handle.pid}/status").read_text().splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize")
+
+
+# ----------------------------------------------------------------------------- whole runs
+
+
+def _one_student(tmp_path: Path, tiny_course) -> Path:  # noqa: F811
+    folder = tmp_path / "subs" / "amy" / TINY
+    folder.mkdir(parents=True)
+    nbformat.write(_student_nb(tiny_course), folder / NAME)
+    return tmp_path / "subs"
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_a_run_forks_its_jobs_from_the_worker_or_not_when_switched_off(
+    tiny_course,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    subs = _one_student(tmp_path, tiny_course)
+    common = dict(verify=False, quiet=True, force=True)
+    [forked] = grade.grade(tiny_course, TINY, subs, **common)
+    assert forked["score"] == 3.0
+    assert forked["cpu_timings"]["imports"] < 0.3  # torch, nbgrader: imported by the worker
+    assert not any("grading worker" in flag for flag in forked["flags"])
+    monkeypatch.setenv(worker.SWITCH, "0")
+    [fresh] = grade.grade(tiny_course, TINY, subs, **common)
+    assert fresh["score"] == 3.0
+    assert fresh["cpu_timings"]["imports"] > 0.5  # its own interpreter imported them
+    assert not any("grading worker" in flag for flag in fresh["flags"])
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_serve_falls_back_and_says_why(
+    tiny_course,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    def broken_imports():
+        raise ImportError("no torch here")
+
+    def start(env, cwd, isolate=True):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - a worker whose imports fail
+            ours.close()
+            os.chdir(tempfile.mkdtemp())
+            job.trusted_imports = broken_imports
+            worker.main(theirs.detach(), isolate)
+            os._exit(0)
+        theirs.close()
+        return worker.Worker(ours, pid)
+
+    monkeypatch.setattr(worker.Worker, "start", staticmethod(start))
+    [record] = grade.grade(
+        tiny_course, TINY, _one_student(tmp_path, tiny_course), verify=False, quiet=True, force=True
+    )
+    assert record["score"] == 3.0
+    flag = next(f for f in record["flags"] if "grading worker unavailable" in f)
+    assert "no torch here" in flag and "started its own interpreter" in flag

@@ -92,9 +92,9 @@ def fork_unavailable(cmd: list[str], env: dict[str, str]) -> str | None:
 
 
 def _this_python(executable: str) -> bool:
-    with contextlib.suppress(OSError):
-        return os.path.samefile(executable, sys.executable)
-    return False
+    """The same path, not merely the same file: another virtual environment's `python` may be
+    a link to this very binary, with other packages."""
+    return os.path.abspath(executable) == os.path.abspath(sys.executable)
 
 
 def _same_hash_seed(wanted: str | None) -> bool:

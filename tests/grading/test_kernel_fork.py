@@ -8,7 +8,8 @@ folder and command line a launched kernel has, holds no descriptor of the privat
 random numbers of its own, runs a two-thread matmul (GNU OpenMP after the fork); a per-cell
 timeout interrupts it and the next cell runs; `os._exit` in a cell is a dead kernel. Mutants: a
 provisioner that keeps the inherited descriptors, one that keeps the parent's random state,
-must fail those checks; switched off, the kernel is launched the usual way and says so.
+must fail those checks; switched off, or where the fork fails, the kernel is launched the usual
+way and says so.
 
 Pipeline half: a lesson-02 solution graded by `grade` (sandbox, job, nbgrader) runs in a forked
 kernel and scores as before; with the fork switched off in the job's environment it scores the
@@ -52,6 +53,10 @@ if mode == "keeps-random-state":
     kernel_fork._fresh_random_state = lambda: None
 if mode == "switched-off":
     os.environ[kernel_fork.SWITCH] = "0"
+if mode == "fork-fails":
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+    os.fork = no_fork
 os.environ["KFORK_PROBE"] = "yes"
 nb = nbformat.read(nb_path, as_version=4)
 client = NotebookClient(
@@ -205,6 +210,15 @@ def test_switched_off_the_kernel_is_launched_and_says_why(tmp_path):
     assert f"{kernel_fork.FALLBACK_MARK}switched off" in launched["stderr"]
     assert kernel_fork.fallback_flags(launched["stderr"]) == [
         f"grading kernel not forked: switched off ({kernel_fork.SWITCH}=0)"
+    ]
+
+
+@pytest.mark.slow
+def test_a_failed_fork_launches_the_kernel_and_says_why(tmp_path):
+    launched = _run(tmp_path, "fork-fails", PROBE)
+    assert not _facts(launched)["torch_preloaded"]
+    assert kernel_fork.fallback_flags(launched["stderr"]) == [
+        "grading kernel not forked: fork failed: [Errno 12] Cannot allocate memory"
     ]
 
 

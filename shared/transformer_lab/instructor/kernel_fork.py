@@ -42,7 +42,8 @@ in the job (`verify`), which this kernel cannot reach. No torch thread pool runs
 fork (the job only imports torch and sets one thread), so GNU OpenMP works in the kernel.
 
 Where forking is unavailable (not Linux, a kernel that is not this interpreter's ipykernel,
-another hash seed, or `TRANSFORMER_LAB_KERNEL_FORK=0` in the job's environment) the kernel is
+another hash seed, a failed fork, or `TRANSFORMER_LAB_KERNEL_FORK=0` in the job's environment,
+which `grade` passes on from its own) the kernel is
 launched the usual way and a line starting with `FALLBACK_MARK` in the autograde log says why;
 the job turns it into a flag of the record (`fallback_flags`).
 """
@@ -91,9 +92,9 @@ def fork_unavailable(cmd: list[str], env: dict[str, str]) -> str | None:
 
 
 def _this_python(executable: str) -> bool:
-    with contextlib.suppress(OSError):
-        return os.path.samefile(executable, sys.executable)
-    return False
+    """The same path, not merely the same file: another virtual environment's `python` may be
+    a link to this very binary, with other packages."""
+    return os.path.abspath(executable) == os.path.abspath(sys.executable)
 
 
 def _same_hash_seed(wanted: str | None) -> bool:
@@ -175,7 +176,11 @@ class ForkProvisioner(LocalProvisioner):
             return await super().launch_kernel(cmd, **kwargs)
         env["JPY_PARENT_PID"] = str(os.getpid())  # as jupyter_client.launcher does
         cwd = kwargs.get("cwd")
-        self.process = fork_kernel(cmd, env, None if cwd is None else str(cwd))
+        try:
+            self.process = fork_kernel(cmd, env, None if cwd is None else str(cwd))
+        except OSError as error:  # e.g. no memory for a copy of this process: launch instead
+            print(f"{FALLBACK_MARK}fork failed: {error}", file=sys.stderr, flush=True)
+            return await super().launch_kernel(cmd, **kwargs)
         self.pid = self.pgid = self.process.pid  # the child is its own session's leader
         self.cwd = cwd or os.getcwd()
         self.forked = True
@@ -289,12 +294,18 @@ def _only_standard_descriptors(keep: int) -> None:
 
 
 def _open_descriptors() -> list[int]:
-    names = os.listdir("/proc/self/fd")  # the listing's own descriptor is closed by now
+    """This process's open descriptors (from /proc; without it, every possible one tried)."""
+    try:
+        candidates = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        import resource
+
+        candidates = range(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     fds = []
-    for name in names:
+    for fd in candidates:  # the listing's own descriptor is closed by now: fstat skips it
         with contextlib.suppress(OSError):
-            os.fstat(int(name))
-            fds.append(int(name))
+            os.fstat(fd)
+            fds.append(fd)
     return fds
 
 

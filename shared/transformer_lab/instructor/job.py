@@ -162,7 +162,7 @@ def kernel_limits(spec: dict) -> KernelLimits | None:
     return KernelLimits(limits) if limits is not None else None
 
 
-def trusted_imports() -> None:
+def trusted_imports(plots: bool = True) -> None:
     """Everything the job needs, imported before any student code runs in the sandbox: the
     student's kernel can write files into the job's folder (our working directory), so nothing
     may be imported from there later; the folder is also taken off the module search path. The
@@ -180,7 +180,7 @@ def trusted_imports() -> None:
 
     from . import kernel_fork, verify, verify_child  # noqa: F401
 
-    kernel_fork.kernel_imports()
+    kernel_fork.kernel_imports(plots)
 
     torch.set_num_threads(1)
 

@@ -289,7 +289,7 @@ def main(control_fd: int, isolate: bool) -> None:
     try:
         from . import job
 
-        job.trusted_imports()
+        job.trusted_imports(plots=False)  # matplotlib: each job (its MPLCONFIGDIR is cached)
     except Exception as error:  # noqa: BLE001 - the grader falls back and says why
         problem = f"the grading worker could not import what a job needs: {error!r}"[:300]
     if problem is None and isolate and sandbox.namespaces_unavailable() is None:
@@ -504,8 +504,8 @@ def _reset_import_time_state() -> None:
     Checked for everything the worker imports (nbgrader, nbconvert, jupyter_core/_client,
     traitlets, torch, transformer_lab and its checks): HOME, JUPYTER_*, IPYTHONDIR,
     TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read when
-    called, not at import; matplotlib and IPython are not imported by the worker (their config
-    folders would be cached). Read at import, and the same in the worker's environment as in
+    called, not at import (IPython's folder too); matplotlib is not imported by the worker (its
+    config and cache folders would be cached): each job imports it (`job.trusted_imports`). Read at import, and the same in the worker's environment as in
     every job's (both from `grade._env`, i.e. `sandbox.GRADING_ENV`): tqdm's TQDM_* defaults
     and the thread counts (OMP_NUM_THREADS; torch.set_num_threads(1) in `trusted_imports`).
     What remains is reset here; tests/grading/test_worker.py::

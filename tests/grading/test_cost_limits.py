@@ -540,3 +540,28 @@ def test_nbgraders_kernel_run_applies_the_budget(monkeypatch):
     assert max(took[2:4]) < 1.0 and sum(took) < 3.9, took  # without the budget: 4 x 1 s
     replay = cell_limits.KernelLimits(limits)
     assert list(replay.replay(nb.cells).values()) == [1.0, 0.5, 0.2, 0.2, 0.2]
+
+
+def test_the_recheck_skips_only_tests_that_timed_out_with_0_points_in_the_kernel(monkeypatch):
+    """A test stopped at its limit in nbgrader's run scored 0 there, which the re-check can only
+    confirm: it is not run again. One that carries a CellTimeoutError but got points (a student's
+    own exception of that name after a faked result) is re-checked like any other."""
+    from transformer_lab.instructor import job
+
+    spec = {
+        "student": "s",
+        "assignment": LESSON,
+        "cells": {"a-test": {"points": 2}, "b-test": {"points": 2}, "c-test": {"points": 1}},
+    }
+    scores = {"a-test": 0.0, "b-test": 2.0, "c-test": 0.0}
+    asked = []
+
+    def cell_scores(course, assignment, student, cells):
+        asked.append(sorted(cells))
+        return {gid: scores[gid] for gid in cells}
+
+    monkeypatch.setattr(job.nbgrader_app, "cell_scores", cell_scores)
+    timeouts = {"a-test", "b-test", "student-3"}
+    assert job._settled(Path("."), spec, timeouts) == {"a-test"}
+    assert asked == [["a-test", "b-test"]]
+    assert job._settled(Path("."), spec, set()) == set() and len(asked) == 1

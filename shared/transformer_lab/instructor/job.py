@@ -233,6 +233,7 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
         student, assignment = spec["student"], spec["assignment"]
         submitted = course / "autograder" / "work" / "submitted" / student / assignment
         limits = job_limits(spec)
+        timeouts = kernel_timeouts(course, spec)
         with alarm(remaining):
             checked = verify(
                 assignment,
@@ -243,7 +244,8 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
                 memory=spec["memory_bytes"],
                 cell_timeout=limits.default if limits else 240.0,
                 cell_limits=limits,
-                kernel_timeouts=kernel_timeouts(course, spec),
+                kernel_timeouts=timeouts,
+                settled=_settled(course, spec, timeouts),
                 fork=True,
             )
         verdicts = checked.get("cells", {})
@@ -260,6 +262,16 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
     except Exception as error:
         flags.append(f"verification unavailable: {type(error).__name__}: {error}"[:300])
     return verdicts, withheld
+
+
+def _settled(course: Path, spec: dict, timeouts: set[str]) -> set[str]:
+    """Tests that hit their limit in nbgrader's run and got 0 points there: the re-check, which
+    only ever takes points away, need not run them (nor wait for them a second time)."""
+    cells = {gid: cell for gid, cell in spec["cells"].items() if gid in timeouts}
+    if not cells:
+        return set()
+    scores = nbgrader_app.cell_scores(course, spec["assignment"], spec["student"], cells)
+    return {gid for gid, score in scores.items() if score <= 0}
 
 
 def graded_record(spec, scores, outputs, notes, flags, verdicts, withheld) -> dict:

@@ -179,6 +179,7 @@ def verify(
     cell_timeout: float | None = 120.0,
     cell_limits=None,
     kernel_timeouts=(),
+    settled=(),
     fork: bool = False,
 ) -> dict:
     """Re-check every graded cell of `notebook` where its code cannot touch the judge.
@@ -191,7 +192,9 @@ def verify(
     cell's and each test's time limit, or `cell_limits` (a `cell_limits.CellLimits`: a limit per
     grade id or cell id, `cell_timeout` for the others, and the notebook's timeout budget, see
     `cell_limits.TimeoutBudget`); kernel_timeouts: grade ids or cell ids of the cells that hit
-    their limit in nbgrader's kernel (they get the short limit here at once); fork: make the
+    their limit in nbgrader's kernel (they get the short limit here at once); settled: grade ids
+    of tests not to run (they hit their limit in nbgrader's run and got 0 points there, which the
+    re-check can only confirm: it never gives points); fork: make the
     children by forking this process (which must have imported torch and the checks and run no
     thread: the grading job) instead of starting `python -I` (which imports them again in every
     child).
@@ -213,9 +216,12 @@ def verify(
     if memory and torch.cuda.is_available():
         memory = None  # CUDA reserves far more address space than it uses: RLIMIT_AS breaks it
     limits = RecheckLimits(nb, cell_limits, cell_timeout, kernel_timeouts)
+    settled_tests = {gid: {"passed": False, "message": NOT_RECHECKED} for gid in settled}
+    tests_to_run = {gid: src for gid, src in tests.items() if gid not in settled_tests}
     deadline = time.monotonic() + timeout
     with _grading_mode():  # never save into a student package from here
-        cells, sessions = _run_tests(tests, code, workdir, deadline, memory, limits, fork)
+        ran, sessions = _run_tests(tests_to_run, code, workdir, deadline, memory, limits, fork)
+    cells = {gid: ran.get(gid) or settled_tests[gid] for gid in tests}
     for each in sessions:
         flags += [f for f in each.flags if f not in flags]
     result = {"cells": cells, "flags": flags}
@@ -286,6 +292,7 @@ class RecheckLimits:
         self.known.add(grade_id)
 
 
+NOT_RECHECKED = "not re-checked: it hit its time limit in nbgrader's run (0 points there)"
 SHORTENED = (
     " (this test ran past the per-cell time limit of {limit:g} s, shortened because the "
     "notebook had spent its timeout budget of {budget:g} s: an endless loop?)"

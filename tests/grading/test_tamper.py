@@ -157,6 +157,25 @@ def test_solution_passes_everything(tmp_path):
     assert "24 thorough checks passed" in result["cells"]["sdpa-test"]["message"]
 
 
+def test_the_recheck_reads_attributes_the_students_forward_sets(tmp_path):
+    """The judge's stand-in for a student's module mirrors its weights; `last_weights`, set by
+    the child's forward, is read from the child: kept, it passes; stale, it fails as in the
+    notebook (a stand-in without the attribute would fail the solution itself)."""
+    stale = _solutions(L02)["self-attention-solution"].replace(
+        "out, self.last_weights = scaled_dot_product_attention(q, k, v, mask)",
+        "out, weights = scaled_dot_product_attention(q, k, v, mask)\n"
+        "        if self.last_weights is None:\n"
+        "            self.last_weights = weights",
+    )
+    assert stale != _solutions(L02)["self-attention-solution"]
+    result = run_verify(
+        submission(tmp_path, L02, {"self-attention-solution": stale}), L02, tmp_path
+    )
+    assert result["cells"]["sdpa-test"]["passed"]
+    assert not result["cells"]["self-attention-test"]["passed"]
+    assert "last_weights" in result["cells"]["self-attention-test"]["message"]
+
+
 def test_untouched_exercise_fails_everything(tmp_path):
     path = submission(tmp_path, L02, solved=False)
     result = run_verify(path, L02, tmp_path)

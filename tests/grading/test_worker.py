@@ -375,13 +375,15 @@ def test_a_run_forks_its_jobs_from_the_worker_or_not_when_switched_off(
     common = dict(verify=False, quiet=True, force=True)
     [forked] = grade.grade(tiny_course, TINY, subs, **common)
     assert forked["score"] == 3.0
-    assert forked["cpu_timings"]["imports"] < 0.3  # torch, nbgrader: imported by the worker
     assert not any("grading worker" in flag for flag in forked["flags"])
     monkeypatch.setenv(worker.SWITCH, "0")
     [fresh] = grade.grade(tiny_course, TINY, subs, **common)
     assert fresh["score"] == 3.0
     assert fresh["cpu_timings"]["imports"] > 0.5  # its own interpreter imported them
     assert not any("grading worker" in flag for flag in fresh["flags"])
+    # torch, nbgrader, the checks, ipykernel: imported by the worker; only matplotlib (whose
+    # folders come from the job's environment at import) is left to the forked job
+    assert forked["cpu_timings"]["imports"] < fresh["cpu_timings"]["imports"] / 2
 
 
 @pytest.mark.slow
@@ -390,7 +392,7 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
     tmp_path,
     monkeypatch,
 ):
-    def broken_imports():
+    def broken_imports(**_):
         raise ImportError("no torch here")
 
     def start(env, cwd, isolate=True):

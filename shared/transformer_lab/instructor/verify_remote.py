@@ -37,13 +37,7 @@ class RemoteObject:
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        reply = self._tl_session.request({"op": "getattr", "handle": self._tl_handle, "attr": name})
-        if reply.get("kind") == "function":
-            return lambda *args, **kwargs: self._tl_call(name, *args, **kwargs)
-        tensors = reply.get("tensors", [])
-        if not isinstance(tensors, list):
-            raise ChildGone("sent a malformed reply")
-        return rebuild(reply.get("value"), tensors, self._tl_session)
+        return remote_attribute(self._tl_session, self._tl_handle, name)
 
     def __setattr__(self, name, value):
         raise AttributeError("the re-check cannot set attributes on the notebook's objects")
@@ -74,6 +68,19 @@ class RemoteObject:
 
     def __repr__(self):
         return f"<{self._tl_type} from the notebook>"
+
+
+def remote_attribute(session: Session, handle: int, name: str):
+    """Attribute `name` of the child's object `handle`: a method forwards its calls, data comes
+    back rebuilt; the child's AttributeError is raised here."""
+    reply = session.request({"op": "getattr", "handle": handle, "attr": name})
+    if reply.get("kind") == "function":
+        target = {"handle": handle, "method": name}
+        return lambda *args, **kwargs: session.call(target, args, kwargs)
+    tensors = reply.get("tensors", [])
+    if not isinstance(tensors, list):
+        raise ChildGone("sent a malformed reply")
+    return rebuild(reply.get("value"), tensors, session)
 
 
 class Opaque:
@@ -274,6 +281,17 @@ def remote_class(session: Session, name: str):
                 if key == canonical:
                     self._tl_canonical.append((key, is_param))
             self.train(bool(reply.get("training", True)))
+            self.__dict__["_tl_ready"] = True
+
+        def __getattr__(self, attr):
+            """Parameters, buffers and submodules are mirrored here; any other public attribute
+            is the child's (e.g. `last_weights`, which its forward set)."""
+            try:
+                return super().__getattr__(attr)
+            except AttributeError:
+                if attr.startswith("_") or not self.__dict__.get("_tl_ready"):
+                    raise  # while the mirror is built (nn.Module asks hasattr), only this side
+            return remote_attribute(session, self.__dict__["_tl_handle"], attr)
 
         def forward(self, *args, **kwargs):
             state = {

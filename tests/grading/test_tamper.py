@@ -279,7 +279,10 @@ def test_patched_engine_internals(tmp_path):
     )
     path = hostile(tmp_path, code)
     kernel = in_kernel(path, L02)
-    assert kernel == ALL_PASS
+    # The patch fools the kernel's output comparisons: the wrong attention passes there. The
+    # SelfAttention check's last_weights step compares the weights itself, so that cell still
+    # fails in the kernel (the layer uses the wrong attention).
+    assert kernel == {"sdpa-test": True, "self-attention-test": False}
     result = run_verify(path, L02, tmp_path, kernel)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "engine._compare_outputs =")
@@ -288,7 +291,7 @@ def test_patched_engine_internals(tmp_path):
         "(transformer_lab.check.engine._compare_outputs)",
         f"suspicious code in cell {n}: assigns engine._compare_tensor "
         "(transformer_lab.check.engine._compare_tensor)",
-        *tamper(BOTH),
+        *tamper(["sdpa-test"]),
     ]
 
 

@@ -377,6 +377,18 @@ def _prepared_course(tmp: Path, lesson: str) -> Path:
     return course
 
 
+def _plain(tmp: Path, course: Path, lesson: str) -> tuple[Path, float, float]:
+    """The lesson's solution notebook and its plain nbclient execution under the grading
+    settings: (notebook, wall s, CPU s)."""
+    from transformer_lab.instructor import cell_limits
+
+    notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+    _, wall, cpu = _timed(
+        cell_limits.time_cells, notebook, _grading_env(course, tmp / "plain-home")
+    )
+    return notebook, wall, cpu
+
+
 def _submit(tmp: Path, lesson: str, name: str, nb) -> Path:
     import nbformat
 
@@ -391,8 +403,6 @@ def cost(lessons: list[str]) -> None:
     """Grading one notebook against plainly executing it, side by side, per lesson."""
     import nbformat
 
-    from transformer_lab.instructor import cell_limits
-
     print(
         f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
         f"{sandbox.namespaces_unavailable() or 'namespaces'}"
@@ -406,9 +416,7 @@ def cost(lessons: list[str]) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
             tmp = Path(tmp)
             course = _prepared_course(tmp, lesson)
-            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-            env = _grading_env(course, tmp / "plain-home")
-            _, p_wall, p_cpu = _timed(cell_limits.time_cells, notebook, env)
+            notebook, p_wall, p_cpu = _plain(tmp, course, lesson)
             subs = _submit(tmp, lesson, "s000", nbformat.read(notebook, as_version=4))
             records, g_wall, g_cpu = _timed(
                 grade.grade, course, lesson, subs, out=tmp / "g.csv", quiet=True
@@ -680,7 +688,7 @@ def fork_cost(lessons: list[str]) -> None:
     job's environment), then with the kernel forked from the job (the default; RESULTS §15)."""
     import nbformat
 
-    from transformer_lab.instructor import cell_limits, kernel_fork
+    from transformer_lab.instructor import kernel_fork
 
     print(
         f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
@@ -697,9 +705,7 @@ def fork_cost(lessons: list[str]) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-fork-") as tmp:
             tmp = Path(tmp)
             course = _prepared_course(tmp, lesson)
-            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-            env = _grading_env(course, tmp / "plain-home")
-            _, p_wall, p_cpu = _timed(cell_limits.time_cells, notebook, env)
+            notebook, p_wall, p_cpu = _plain(tmp, course, lesson)
             runs = {}
             for label, extra in (("launched", {kernel_fork.SWITCH: "0"}), ("forked", {})):
                 subs = _submit(tmp, lesson, f"s-{label}", nbformat.read(notebook, as_version=4))
@@ -728,9 +734,6 @@ def worker_cost(lessons: list[str], students: int) -> None:
     grading worker switched off (an interpreter per job: its imports paid per notebook) and on
     (jobs forked from one pre-imported worker: paid once per run), side by side with the plain
     nbclient execution of the notebook; per-run caches warm as in a class."""
-    import nbformat
-
-    from transformer_lab.instructor import cell_limits
 
     print(
         f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, {students} students a run, "
@@ -746,19 +749,12 @@ def worker_cost(lessons: list[str], students: int) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
             tmp = Path(tmp)
             course = _prepared_course(tmp, lesson)
-            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-            env = _grading_env(course, tmp / "plain-home")
             # the plain execution three times (the median: one sample is noisy under load)
-            plain = sorted(_timed(cell_limits.time_cells, notebook, env)[2] for _ in range(3))
+            plain = sorted(_plain(tmp, course, lesson)[2] for _ in range(3))
             p_cpu = plain[1]
             print(f"{lesson}: plain CPU (s) {', '.join(f'{c:.2f}' for c in plain)}", flush=True)
-            solution = nbformat.read(notebook, as_version=4)
             for label, switch in (("off", False), ("on", True)):
-                subs = tmp / f"class-{label}"
-                for i in range(students):
-                    folder = subs / f"s{i:03d}" / lesson
-                    folder.mkdir(parents=True)
-                    nbformat.write(solution, folder / f"{lesson}.ipynb")
+                subs = _class(tmp / f"class-{label}", lesson, students)
                 records, wall, cpu = _timed(
                     grade.grade, course, lesson, subs, quiet=True, force=True, worker=switch
                 )

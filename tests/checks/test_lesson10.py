@@ -278,15 +278,7 @@ def test_infilling_with_geometric_lengths_fails_the_poisson_test():
             extra = lengths.pop()
             lengths[-1] += extra
         gaps = torch.randperm(n_kept + 1, generator=generator)[: len(lengths)].sort().values
-        span_at, out, i, toks = dict(zip(gaps.tolist(), lengths)), [], 0, tokens.tolist()
-        for g in range(n_kept + 1):
-            if g in span_at:
-                out.append(mask_id)
-                i += span_at[g]
-            if g < n_kept:
-                out.append(toks[i])
-                i += 1
-        return tokens.new_tensor(out)
+        return _walk_gaps(tokens, mask_id, n_kept, gaps.tolist(), lengths)
 
     _fails("text_infilling", geometric, "do not follow Poisson", thorough=False)
 

@@ -158,13 +158,7 @@ def run(
     """
     isolated, warning = isolation(isolate)
     if isolated:
-        spec = {
-            "hide": [str(p) for p in hide],
-            "readonly": [str(p) for p in readonly],
-            "keep": str(keep),
-            "command": command,
-            "cwd": str(cwd),
-        }
+        spec = view_spec(command, cwd, hide, readonly, keep)
         spec_path = keep / ".sandbox.json"
         spec_path.write_text(json.dumps(spec))
         # this file as a script (standard library only): no package import before the job's
@@ -202,10 +196,7 @@ def run(
         proc.wait()
         _drain(read_fd, chunks)
         os.close(read_fd)
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read()[-200_000:].decode("utf-8", "replace")
-        stderr = err.read()[-200_000:].decode("utf-8", "replace")
+        stdout, stderr = tails(out, err)
     return Result(
         returncode=None if timed_out else proc.returncode,
         timed_out=timed_out,
@@ -216,6 +207,26 @@ def run(
         isolated=isolated,
         warning=warning,
     )
+
+
+def view_spec(command, cwd: Path, hide, readonly, keep: Path) -> dict:
+    """What `mount_view` needs to build a job's view of the disk, and the command run in it."""
+    return {
+        "hide": [str(p) for p in hide],
+        "readonly": [str(p) for p in readonly],
+        "keep": str(keep),
+        "command": list(command),
+        "cwd": str(cwd),
+    }
+
+
+def tails(out, err) -> tuple[str, str]:
+    """The last 200 kB of a job's stdout and stderr files, as text."""
+    texts = []
+    for file in (out, err):
+        file.seek(0)
+        texts.append(file.read()[-200_000:].decode("utf-8", "replace"))
+    return texts[0], texts[1]
 
 
 def _drain(fd: int, chunks: list[bytes], cap: int = 64 * MiB) -> None:

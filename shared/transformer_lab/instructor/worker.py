@@ -186,14 +186,10 @@ class Worker:
         request = {
             "op": "run",
             "id": job_id,
-            "command": list(command),
-            "cwd": str(cwd),
+            **sandbox.view_spec(command, cwd, hide, readonly, keep),
             "env": dict(env),
             "limits": dataclasses.asdict(limits),
             "isolated": isolated,
-            "hide": [str(p) for p in hide],
-            "readonly": [str(p) for p in readonly],
-            "keep": str(keep),
         }
         start = time.monotonic()
         try:
@@ -205,10 +201,7 @@ class Worker:
                 finally:
                     os.close(write_fd)
                 status, timed_out, chunks = self._wait(job_id, replies, read_fd, limits)
-                out.seek(0)
-                err.seek(0)
-                stdout = out.read()[-200_000:].decode("utf-8", "replace")
-                stderr = err.read()[-200_000:].decode("utf-8", "replace")
+                stdout, stderr = sandbox.tails(out, err)
         finally:
             os.close(read_fd)
             self._waiting.pop(job_id, None)

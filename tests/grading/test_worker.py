@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab.instructor import grade, job, sandbox, worker
+from transformer_lab.instructor import grade, job, kernel_fork, sandbox, worker
 from transformer_lab.instructor.course import PACKAGE_REPO
 
 needs_namespaces = pytest.mark.skipif(
@@ -193,6 +193,11 @@ ENVIRONMENT_PROBE = r"""
 import json, os, sys, tempfile
 import jupyter_core.paths as jp
 from transformer_lab import registry, student, train
+def mpl_folders():  # after the check above: this imports matplotlib where the worker did not
+    import matplotlib, matplotlib.style, matplotlib.texmanager
+    return {"mpl config": matplotlib.get_configdir(), "mpl cache": matplotlib.get_cachedir(),
+            "mpl styles": matplotlib.style.USER_LIBRARY_PATHS,
+            "mpl tex": str(matplotlib.texmanager.TexManager._cache_dir)}
 print(json.dumps({
     "home": os.path.expanduser("~"),
     "tmp": tempfile.gettempdir(),
@@ -204,7 +209,8 @@ print(json.dumps({
     "grading": registry.grading_mode(),
     "cwd": os.getcwd(),
     "path": sys.path,
-    "matplotlib": "matplotlib" in sys.modules,
+    "matplotlib": "matplotlib.pyplot" in sys.modules,
+    **mpl_folders(),
 }))
 """
 
@@ -238,7 +244,12 @@ def _environment_problems(seen: dict, job_dir: Path) -> list[str]:
         "quick": False,
         "grading": True,
         "cwd": str(job_dir),
-        "matplotlib": False,  # not imported by the worker: nothing of it cached there
+        # pyplot imported by the worker (with the forked kernel), its folders the job's own
+        "matplotlib": os.environ.get(kernel_fork.SWITCH, "1") != "0",
+        "mpl config": str(home / "mpl"),
+        "mpl cache": str(home / "mpl"),
+        "mpl styles": [str(home / "mpl" / "stylelib")],
+        "mpl tex": str(home / "mpl" / "tex.cache"),
     }
     problems = [f"{k}: {seen[k]!r} != {v!r}" for k, v in wanted.items() if seen[k] != v]
     if not seen["data"].startswith(str(home)):
@@ -263,6 +274,17 @@ def test_import_time_state_follows_the_job(tmp_path_factory, tmp_path):
     finally:
         started.stop()
     assert _environment_problems(seen, job_dir) == []
+
+
+def test_a_child_keeping_matplotlibs_folders_fails_the_environment_check(tmp_path, monkeypatch):
+    """The mutant: matplotlib's memoized folders not forgotten (the job writes its font cache,
+    reads its styles, from the worker's folder)."""
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "workers-mpl"))
+    monkeypatch.setattr(worker, "_matplotlib_follows_the_job", lambda: None)
+    with forked_worker(isolate=False) as broken:
+        seen, job_dir = _environment_seen(broken, tmp_path)
+    problems = _environment_problems(seen, job_dir)
+    assert problems and all(p.startswith("mpl ") for p in problems), problems
 
 
 def test_a_child_keeping_the_workers_environment_fails_the_environment_check(tmp_path, monkeypatch):

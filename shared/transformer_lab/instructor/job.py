@@ -52,14 +52,16 @@ def _cell_output(cell) -> str:
     return text[:OUTPUT_CHARS]
 
 
-def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
-    """Per-cell scores from the private gradebook, outputs and notes from the autograded
+def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str], set[str]]:
+    """Per-cell scores from the private gradebook; outputs and notes from the autograded
     notebook (a cell stopped by the per-cell timeout, with the limit the notebook's timeout
-    budget gave it; the budget spent; a cell out of memory)."""
+    budget gave it; the budget spent; a cell out of memory); the grade ids or cell ids of the
+    cells nbgrader's kernel stopped at their limit (the re-check gives them the short limit at
+    once)."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
     scores = nbgrader_app.cell_scores(course, assignment, student, cells)
     limits = job_limits(spec)
-    outputs, notes = {}, []
+    outputs, notes, timeouts = {}, [], set()
     for name in spec["notebooks"]:
         nb = nbformat.read(_autograded(course, spec, name), as_version=4)
         kernel = KernelLimits(limits) if limits is not None else None
@@ -73,6 +75,8 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
                 o.get("ename", "") for o in c.get("outputs", []) if o.get("output_type") == "error"
             ]
             label = cell_key(c, i)
+            if runs_in_nbclient(c) and hit_its_limit(c):
+                timeouts.add(gid or c.get("id") or "")
             if any(e in TIMEOUT_MARKS for e in errors):
                 limit = given.get(i)
                 of = f" of {limit:g} s" if limit else ""
@@ -85,7 +89,7 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str]]:
                 outputs[gid] = output
         if kernel is not None and kernel.budget.note():
             _note_after(notes, f"cell {kernel.budget.spent_at} hit", kernel.budget.note())
-    return scores, outputs, notes
+    return scores, outputs, notes, timeouts - {""}
 
 
 def _note_after(notes: list[str], start: str, note: str) -> None:
@@ -98,21 +102,6 @@ def _note_after(notes: list[str], start: str, note: str) -> None:
 def _autograded(course: Path, spec: dict, name: str) -> Path:
     student, assignment = spec["student"], spec["assignment"]
     return course / "autograder" / "work" / "autograded" / student / assignment / name
-
-
-def kernel_timeouts(course: Path, spec: dict) -> set[str]:
-    """Grade ids or cell ids of the cells nbgrader's kernel stopped at their limit (the re-check
-    gives them the short limit at once); empty when nothing can be read."""
-    found = set()
-    for name in spec["notebooks"]:
-        try:
-            nb = nbformat.read(_autograded(course, spec, name), as_version=4)
-        except Exception:  # noqa: BLE001 - then the re-check learns it again
-            continue
-        for c in nb.cells:
-            if runs_in_nbclient(c) and hit_its_limit(c):
-                found.add(nbgrader_meta(c).get("grade_id") or c.get("id") or "")
-    return found - {""}
 
 
 class VerifyTimeout(Exception):
@@ -162,7 +151,7 @@ def kernel_limits(spec: dict) -> KernelLimits | None:
     return KernelLimits(limits) if limits is not None else None
 
 
-def trusted_imports(plots: bool = True) -> None:
+def trusted_imports() -> None:
     """Everything the job needs, imported before any student code runs in the sandbox: the
     student's kernel can write files into the job's folder (our working directory), so nothing
     may be imported from there later; the folder is also taken off the module search path. The
@@ -180,7 +169,7 @@ def trusted_imports(plots: bool = True) -> None:
 
     from . import kernel_fork, verify, verify_child  # noqa: F401
 
-    kernel_fork.kernel_imports(plots)
+    kernel_fork.kernel_imports()
 
     torch.set_num_threads(1)
 
@@ -220,9 +209,12 @@ def failure_reason(code: int | str, log: str, error: Exception) -> str:
     )
 
 
-def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags: list[str]):
+def recheck(
+    course: Path, spec: dict, remaining: float, notes: list[str], flags: list[str], timeouts=()
+):
     """The clean re-check (`verify`): (verdicts or None, the reason points are withheld or
-    None). Adds to `notes` and `flags`."""
+    None). Adds to `notes` and `flags`. `timeouts`: the cells nbgrader's kernel stopped at their
+    limit (`read_results`)."""
     verdicts, withheld = None, None
     try:
         if not spec.get("verify", True):
@@ -233,7 +225,6 @@ def recheck(course: Path, spec: dict, remaining: float, notes: list[str], flags:
         student, assignment = spec["student"], spec["assignment"]
         submitted = course / "autograder" / "work" / "submitted" / student / assignment
         limits = job_limits(spec)
-        timeouts = kernel_timeouts(course, spec)
         with alarm(remaining):
             checked = verify(
                 assignment,
@@ -358,20 +349,20 @@ def run_job(spec_path: str) -> None:
 
     flags: list[str] = fallback_flags(log)  # a kernel launched the usual way
     reason = None
-    scores, outputs, notes = {}, {}, []
+    scores, outputs, notes, timeouts = {}, {}, [], set()
     if code == "timeout":
         reason = (
             f"timeout: nbgrader autograde ran past the wall-clock cap ({spec['wall_seconds']:g} s)"
         )
     else:
         try:
-            scores, outputs, notes = read_results(course, spec)
+            scores, outputs, notes, timeouts = read_results(course, spec)
         except Exception as error:  # nothing usable: say why, as precisely as the log allows
             reason = failure_reason(code, log, error)
     clock.lap("results")
     if reason is None:
         remaining = budget - (time.monotonic() - start) - 5
-        verdicts, withheld = recheck(course, spec, remaining, notes, flags)
+        verdicts, withheld = recheck(course, spec, remaining, notes, flags, timeouts)
         clock.lap("recheck")
         record = graded_record(spec, scores, outputs, notes, flags, verdicts, withheld)
     else:

@@ -378,15 +378,14 @@ def _kernel_main(parent_pid: int) -> int:
     return 0
 
 
-def kernel_imports(plots: bool = True) -> None:
+def kernel_imports() -> None:
     """What a fresh kernel imports before the notebook's first cell (ipykernel, IPython's shell
     and history), and matplotlib's pyplot, which every course notebook imports (the backend
     comes from MPLBACKEND, Agg when grading, as in a fresh kernel): the fork finds them
-    imported. Called by `job.trusted_imports`, before any student code runs. Not ipykernel's
+    imported. Called by `job.trusted_imports`, before any student code runs (in the grading
+    `worker` too, which then points matplotlib at each job's own folders). Not ipykernel's
     debugger (debugpy: pydevd has no business in the process that judges the re-check).
-    Switched off, nothing: the job imports what it did before forked kernels. `plots=False`
-    (the grading `worker`, shared by every job): not matplotlib, which caches its config and
-    cache folders (from MPLCONFIGDIR, the job's own) when imported; each job imports it."""
+    Switched off, nothing: the job imports what it did before forked kernels."""
     if os.environ.get(SWITCH, "1") == "0":
         return
     import sqlite3  # noqa: F401
@@ -398,7 +397,5 @@ def kernel_imports(plots: bool = True) -> None:
     import IPython.core.oinspect  # noqa: F401
     import IPython.extensions.storemagic  # noqa: F401
 
-    if not plots:
-        return
     with contextlib.suppress(ImportError):
         import matplotlib.pyplot  # noqa: F401

@@ -282,7 +282,7 @@ def main(control_fd: int, isolate: bool) -> None:
     try:
         from . import job
 
-        job.trusted_imports(plots=False)  # matplotlib: each job (its MPLCONFIGDIR is cached)
+        job.trusted_imports()  # pyplot too: each job then forgets its folders (_reset_...)
     except Exception as error:  # noqa: BLE001 - the grader falls back and says why
         problem = f"the grading worker could not import what a job needs: {error!r}"[:300]
     if problem is None and isolate and sandbox.namespaces_unavailable() is None:
@@ -495,16 +495,39 @@ def _reset_import_time_state() -> None:
     """Forget what the worker derived from its own environment and folder before the job's.
 
     Checked for everything the worker imports (nbgrader, nbconvert, jupyter_core/_client,
-    traitlets, torch, transformer_lab and its checks): HOME, JUPYTER_*, IPYTHONDIR,
-    TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read when
-    called, not at import (IPython's folder too); matplotlib is not imported by the worker (its
-    config and cache folders would be cached): each job imports it (`job.trusted_imports`). Read at import, and the same in the worker's environment as in
-    every job's (both from `grade._env`, i.e. `sandbox.GRADING_ENV`): tqdm's TQDM_* defaults
-    and the thread counts (OMP_NUM_THREADS; torch.set_num_threads(1) in `trusted_imports`).
-    What remains is reset here; tests/grading/test_worker.py::
-    test_import_time_state_follows_the_job checks the lot."""
+    traitlets, torch, matplotlib's pyplot, transformer_lab and its checks): HOME, JUPYTER_*,
+    IPYTHONDIR, TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read
+    when called, not at import (IPython's folder too). Read at import, and the same in the
+    worker's environment as in every job's (both from `grade._env`, i.e.
+    `sandbox.GRADING_ENV`): tqdm's TQDM_* defaults, the thread counts (OMP_NUM_THREADS;
+    torch.set_num_threads(1) in `trusted_imports`) and MPLBACKEND. What remains is reset here;
+    tests/grading/test_worker.py::test_import_time_state_follows_the_job checks the lot."""
     tempfile.tempdir = None  # gettempdir() caches $TMPDIR
     sys.path_importer_cache.clear()  # finders of the worker's own folders
+    _matplotlib_follows_the_job()
+
+
+def _matplotlib_follows_the_job() -> None:
+    """matplotlib memoizes its config and cache folders (from MPLCONFIGDIR) on first use, and
+    derives the style library's and TeX cache's folders from them at import: all the worker's.
+    Forget them, so that the job's own folder is used (a font cache it rebuilds, a style it
+    reloads). The fonts and rc settings the worker loaded stay: both came from an empty folder
+    of the worker's own, as they would from the job's fresh one (and not from a `matplotlibrc`
+    in the submission's folder, which a fresh import would have read)."""
+    mpl = sys.modules.get("matplotlib")
+    if mpl is None:
+        return
+    import functools
+
+    for name in ("get_configdir", "get_cachedir"):
+        memoized = getattr(mpl, name)
+        setattr(mpl, name, functools.cache(getattr(memoized, "__wrapped__", memoized)))
+    style = sys.modules.get("matplotlib.style")
+    if style is not None and isinstance(getattr(style, "USER_LIBRARY_PATHS", None), list):
+        style.USER_LIBRARY_PATHS[:] = [os.path.join(mpl.get_configdir(), "stylelib")]
+    tex = sys.modules.get("matplotlib.texmanager")
+    if tex is not None and hasattr(tex.TexManager, "_cache_dir"):
+        tex.TexManager._cache_dir = Path(mpl.get_cachedir(), "tex.cache")
 
 
 def _run_command(command: list[str]) -> int:

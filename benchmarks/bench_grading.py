@@ -10,6 +10,7 @@
     .venv/bin/python benchmarks/bench_grading.py --merge 1000
     .venv/bin/python benchmarks/bench_grading.py --fork-cost [--lessons 02_qkv_attention ...]
     .venv/bin/python benchmarks/bench_grading.py --worker [--lessons ...] [--students 4]
+    .venv/bin/python benchmarks/bench_grading.py --marginal [--lessons ...] [--students 4]
 
 --cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
 (grading settings: quick mode, one thread) and the grading of that notebook as one student's
@@ -22,7 +23,8 @@ graded function loops, graded with the notebook's timeout budget and without it 
 before it), side by side. --merge N: merging N synthetic records into the course gradebook, the
 record-by-record merge (tests/grading/test_merge.py's oracle) against the one-pass merge.
 --fork-cost: as --cost, graded twice, with the kernel launched the usual way and forked from the
-grading job.
+grading job. --marginal: what one more notebook costs in a class (the slope between classes of
+--students and twice as many, the worker on), against plain execution, and the run's own cost.
 
 
 Each round grades N copies of the lesson's solution notebook in a fresh temporary copy of the
@@ -768,6 +770,45 @@ def worker_cost(lessons: list[str], students: int) -> None:
                 )
 
 
+def marginal_cost(lessons: list[str], students: int) -> None:
+    """Per lesson, what one more notebook costs in a class: classes of `students` and of twice as
+    many graded with the worker on (the default), the plain execution timed between them (median
+    of 3). The slope between the two classes is the cost of a notebook; what is left of the small
+    class is the run's own cost (the worker's start and imports, the reference times' check, the
+    CSV, the merge's nbgrader import), paid once however large the class."""
+    print(
+        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, classes of {students} and "
+        f"{2 * students}, sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}"
+    )
+    print(
+        "| lesson | plain CPU (s, median of 3) | class of n: CPU (s) | class of 2n: CPU (s) "
+        "| **one more notebook: CPU (s)** | per run: CPU (s) | **ratio** | full marks |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-marginal-") as tmp:
+            tmp = Path(tmp)
+            course = _prepared_course(tmp, lesson)
+            plain, cpu, full = [], {}, []
+            for n in (students, 2 * students):
+                plain.append(_plain(tmp, course, lesson)[2])
+                subs = _class(tmp / f"class-{n}", lesson, n)
+                records, _, cpu[n] = _timed(
+                    grade.grade, course, lesson, subs, quiet=True, force=True, worker=True
+                )
+                full.append(f"{sum(r['score'] == r['max_score'] for r in records)}/{n}")
+            plain.append(_plain(tmp, course, lesson)[2])
+            p_cpu = sorted(plain)[1]
+            one = (cpu[2 * students] - cpu[students]) / students
+            per_run = cpu[students] - students * one
+            print(
+                f"| {lesson} | {p_cpu:.2f} ({', '.join(f'{c:.2f}' for c in plain)}) "
+                f"| {cpu[students]:.1f} | {cpu[2 * students]:.1f} | {one:.2f} | {per_run:.1f} "
+                f"| {one / p_cpu:.2f} | {', '.join(full)} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -797,7 +838,15 @@ def main() -> None:
         action="store_true",
         help="a class graded with the pre-imported grading worker off, then on (--lessons)",
     )
+    parser.add_argument(
+        "--marginal",
+        action="store_true",
+        help="one more notebook's cost in a class (classes of --students and twice as many)",
+    )
     args = parser.parse_args()
+    if args.marginal:
+        marginal_cost(args.lessons or [args.lesson], args.students)
+        return
     if args.worker:
         worker_cost(args.lessons or [args.lesson], args.students)
         return

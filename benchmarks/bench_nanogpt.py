@@ -58,6 +58,27 @@ class NanoAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, d))
 
 
+class OneQKVAttention(nn.Module):
+    """nanoGPT's attention (one qkv parameter) as a course part: attention(d_model, n_heads,
+    dropout=p), called with the causal mask and is_causal; its output layer is `w_o` (GPT's
+    initialisation scales it). For --attention-ab only."""
+
+    def __init__(self, d: int, h: int, dropout: float = 0.0):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.w_o = nn.Linear(d, d)
+
+    def forward(self, x, mask=None, is_causal=False):
+        assert is_causal, "the plain causal mask only"
+        B, T, d = x.shape
+        q, k, v = (
+            t.view(B, T, self.h, d // self.h).transpose(1, 2) for t in self.qkv(x).split(d, dim=2)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.w_o(y.transpose(1, 2).reshape(B, T, d))
+
+
 class NanoBlock(nn.Module):
     def __init__(self, d: int, h: int, gelu: str):
         super().__init__()
@@ -103,6 +124,33 @@ def copy_weights(course: GPT, nano: NanoGPT) -> None:
             theirs.ln_2.load_state_dict(ours.norm2.state_dict())
 
 
+def one_qkv_twin(course: GPT) -> GPT:
+    """The course GPT (exact GELU) built with nanoGPT's attention as its attention part (Parts):
+    W^Q, W^K, W^V stacked into one parameter; everything else is the course's."""
+    from transformer_lab.encoder_decoder import Parts
+
+    twin = GPT(
+        VOCAB,
+        BLOCK,
+        D_MODEL,
+        N_HEADS,
+        N_LAYERS,
+        activation="gelu",
+        parts=Parts(attention=OneQKVAttention),
+    )
+    with torch.no_grad():
+        for ours, theirs in zip(course.blocks, twin.blocks):
+            a = ours.self_attn
+            theirs.self_attn.qkv.weight.copy_(torch.cat([a.w_q.weight, a.w_k.weight, a.w_v.weight]))
+            theirs.self_attn.qkv.bias.copy_(torch.cat([a.w_q.bias, a.w_k.bias, a.w_v.bias]))
+            theirs.self_attn.w_o.load_state_dict(a.w_o.state_dict())
+            for name in ("norm1", "norm2", "ffn"):
+                getattr(theirs, name).load_state_dict(getattr(ours, name).state_dict())
+        for name in ("wte", "wpe", "ln_f"):
+            getattr(twin, name).load_state_dict(getattr(course, name).state_dict())
+    return twin
+
+
 def loss_of(model, x, y):
     return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
 
@@ -130,7 +178,7 @@ def measure(models, opts, names, x, y, warmup: int, steps: int):
     return wall, cpu
 
 
-def build():
+def build(attention_ab: bool = False):
     torch.manual_seed(0)
     course = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
     nano = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
@@ -141,13 +189,16 @@ def build():
     exact.load_state_dict(course.state_dict())
     explicit = set_explicit(GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS))
     explicit.load_state_dict(course.state_dict())
+    twins = (
+        {"course GPT, exact GELU, one qkv parameter": one_qkv_twin(exact)} if attention_ab else {}
+    )
     return {
         "nanoGPT": nano,
         "nanoGPT, tanh GELU": nano_tanh,
         "course GPT": course,
         "course GPT, exact GELU": exact,
         "course GPT, explicit": explicit,
-    }
+    } | twins
 
 
 def main() -> None:
@@ -157,9 +208,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=1, help="whole measurements, one table each")
     parser.add_argument("--profile", action="store_true", help="print the top ops of each")
+    parser.add_argument(
+        "--attention-ab",
+        action="store_true",
+        help="also the course GPT with nanoGPT's attention (one qkv parameter) as its part",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models = build()
+    models = build(args.attention_ab)
     g = torch.Generator().manual_seed(1)
     x = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
     y = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
@@ -169,6 +225,9 @@ def main() -> None:
     assert abs(losses["nanoGPT"] - losses["course GPT, exact GELU"]) < 1e-5, losses
     assert abs(losses["course GPT, explicit"] - losses["course GPT"]) < 1e-5, losses
     assert abs(losses["nanoGPT, tanh GELU"] - losses["course GPT"]) < 1e-5, losses
+    for name in models:
+        if "one qkv" in name:
+            assert abs(losses[name] - losses["course GPT, exact GELU"]) < 1e-5, losses
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     names = list(models)
     print(

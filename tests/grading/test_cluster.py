@@ -26,7 +26,7 @@ import nbformat
 import pytest
 from distributed import Client
 
-from transformer_lab.instructor import cluster, grade, nbgrader_app, sandbox
+from transformer_lab.instructor import cluster, grade, nbgrader_app, sandbox, submission
 from transformer_lab.instructor import records as rec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -429,7 +429,7 @@ def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp
     shutil.copytree(submissions / "partial" / LESSON, folder, symlinks=True)
     (folder / ".ipynb_checkpoints").mkdir(exist_ok=True)
     (folder / ".ipynb_checkpoints" / "x.ipynb").write_text("{}")
-    here = grade.prepare_submission(folder, released, tmp_path / "here")
+    here = submission.prepare_submission(folder, released, tmp_path / "here")
     entries = cluster.shadow_folder(folder)
     shipped = {name: kind for name, kind, _ in entries}
     assert shipped == {
@@ -439,13 +439,15 @@ def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp
     }
     rebuilt = tmp_path / "worker" / "subs" / "partial" / LESSON
     cluster._rebuild_folder(rebuilt, entries)
-    there = grade.prepare_submission(rebuilt, released, tmp_path / "there")
+    there = submission.prepare_submission(rebuilt, released, tmp_path / "there")
     assert there == here
     assert (tmp_path / "there" / NAME).read_bytes() == (tmp_path / "here" / NAME).read_bytes()
-    assert grade.submission_sha256(folder) != grade.submission_sha256(rebuilt)  # sha: from here
+    assert submission.submission_sha256(folder) != submission.submission_sha256(
+        rebuilt
+    )  # sha: from here
     # the mutant: a worker sent the notebooks alone would not list the extra files
     alone = tmp_path / "alone" / "subs" / "partial" / LESSON
     cluster._rebuild_folder(alone, [e for e in entries if e[1] == "bytes"])
-    assert grade.prepare_submission(alone, released, tmp_path / "alone-out") != here
+    assert submission.prepare_submission(alone, released, tmp_path / "alone-out") != here
     with pytest.raises(ValueError, match="bad path"):
         cluster._rebuild_folder(tmp_path / "evil" / "s" / LESSON, [("../x", "empty", None)])

@@ -24,7 +24,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import collect, export, grade, job, nbgrader_app, sandbox
+from transformer_lab.instructor import (
+    collect,
+    export,
+    grade,
+    job,
+    nbgrader_app,
+    sandbox,
+    submission,
+)
 from transformer_lab.instructor import records as rec
 from transformer_lab.instructor.course import PACKAGE_REPO, course_root
 
@@ -124,7 +132,7 @@ def _prepare(tmp_path, released, files: dict[str, bytes]):
     for name, data in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
-    return grade.prepare_submission(folder, released, tmp_path / "out")
+    return submission.prepare_submission(folder, released, tmp_path / "out")
 
 
 def test_graded_cells_come_from_the_release(cells):
@@ -147,12 +155,12 @@ def test_graded_cells_come_from_the_release(cells):
     ],
 )
 def test_unreadable_notebooks_are_ungradable_with_the_reason(tmp_path, released, data, reason):
-    with pytest.raises(grade.Ungradable, match=reason.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(submission.Ungradable, match=reason.replace("(", r"\(").replace(")", r"\)")):
         _prepare(tmp_path, released, {NAME: data})
 
 
 def test_a_truncated_notebook_is_not_called_truncated_when_the_error_is_early(tmp_path, released):
-    with pytest.raises(grade.Ungradable) as info:
+    with pytest.raises(submission.Ungradable) as info:
         _prepare(tmp_path, released, {NAME: b'{"cells": ], "metadata": {}, "nbformat": 4}'})
     assert "truncated" not in str(info.value)
 
@@ -167,9 +175,11 @@ def test_a_single_misnamed_notebook_is_renamed(tmp_path, released, tiny_course):
 
 def test_several_candidates_or_none_are_ungradable(tmp_path, released, tiny_course):
     data = nbformat.writes(_student_nb(tiny_course)).encode()
-    with pytest.raises(grade.Ungradable, match=r"several other notebooks \(a.ipynb, b.ipynb\)"):
+    with pytest.raises(
+        submission.Ungradable, match=r"several other notebooks \(a.ipynb, b.ipynb\)"
+    ):
         _prepare(tmp_path / "1", released, {"a.ipynb": data, "b.ipynb": data})
-    with pytest.raises(grade.Ungradable, match=r"no notebook in the submission \(answer.py\)"):
+    with pytest.raises(submission.Ungradable, match=r"no notebook in the submission \(answer.py\)"):
         _prepare(tmp_path / "2", released, {"answer.py": b"print(1)"})
 
 
@@ -229,11 +239,11 @@ def test_deleted_edited_duplicated_and_unknown_cells_are_noted_or_flagged(
 def test_submission_digest_covers_names_and_bytes(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "x.ipynb").write_bytes(b"1")
-    first = grade.submission_sha256(tmp_path / "a")
+    first = submission.submission_sha256(tmp_path / "a")
     (tmp_path / "a" / "x.ipynb").write_bytes(b"2")
-    second = grade.submission_sha256(tmp_path / "a")
+    second = submission.submission_sha256(tmp_path / "a")
     (tmp_path / "a" / "x.ipynb").rename(tmp_path / "a" / "y.ipynb")
-    assert len({first, second, grade.submission_sha256(tmp_path / "a")}) == 3
+    assert len({first, second, submission.submission_sha256(tmp_path / "a")}) == 3
 
 
 # ----------------------------------------------------------------------------- records

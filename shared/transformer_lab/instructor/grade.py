@@ -5,10 +5,11 @@
 For every student folder `<submissions>/<student>/<assignment>/` (nbgrader's layout; a zip or an
 LMS download is collected into that layout first, see `collect`):
 
-1. `prepare_submission` (in the parent, which never runs student code): pick the notebook
-   (rename a single misnamed one, ignore extra files), parse it (empty, invalid or truncated
-   JSON -> ungradable with the reason), upgrade old nbformat, restore nbgrader metadata an editor
-   stripped, note edited or deleted test cells (nbgrader puts them back from the gradebook).
+1. `submission.prepare_submission` (in the parent, which never runs student code): pick the
+   notebook (rename a single misnamed one, ignore extra files), parse it (empty, invalid or
+   truncated JSON -> ungradable with the reason), upgrade old nbformat, restore nbgrader metadata
+   an editor stripped, note edited or deleted test cells (nbgrader puts them back from the
+   gradebook).
 2. One job per student in a private course copy under a temporary folder (autograder/*.py,
    exercises/<assignment>, a copy of a gradebook prepared once per run, the student's folder;
    never solutions/ or another student's files), boxed as `sandbox.run` boxes a command (forked
@@ -46,9 +47,8 @@ import nbformat
 from . import cell_limits, nbgrader_app, sandbox
 from . import worker as job_worker
 from .course import PACKAGE_REPO
-from .notebook_format import graded_cells, is_test_cell, released_notebooks, repair
+from .notebook_format import graded_cells, is_test_cell, released_notebooks
 from .records import (
-    STUDENT_ID,
     load_records,
     load_valid,
     now,
@@ -58,134 +58,19 @@ from .records import (
     write_csv,
     write_record,
 )
+from .submission import (
+    MAX_NOTEBOOK_BYTES,
+    Ungradable,
+    find_students,
+    prepare_submission,
+    submission_sha256,
+)
 
-MAX_NOTEBOOK_BYTES = 50 * sandbox.MiB
 # Folders of the course and of the package's repository that a grading job never sees.
 PRIVATE_FOLDERS = ("solutions", "autograder/work", "student_package", ".git")
 
 
-# ----------------------------------------------------------------------------- repair
-
-
-class Ungradable(Exception):
-    """A submission that cannot be graded; the message is the reason the instructor sees."""
-
-
-def submission_sha256(folder: Path) -> str:
-    """Digest of every file in the student's folder (names and bytes), in a stable order."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
-    """Parse a submitted notebook; upgrade old formats. Raises Ungradable with the reason."""
-    notes = []
-    size = path.stat().st_size
-    if size > MAX_NOTEBOOK_BYTES:
-        raise Ungradable(f"{path.name} is too large ({size / sandbox.MiB:.0f} MiB)")
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    if not text.strip():
-        raise Ungradable(f"{path.name} is an empty file")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        cut = error.pos >= len(text.rstrip()) or error.msg.startswith("Unterminated string")
-        end = " (the file is truncated)" if cut else ""
-        raise Ungradable(f"{path.name} is not valid JSON{end}: {error}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise Ungradable(f"{path.name} is JSON but not a notebook (no list of cells)")
-    version = (data.get("nbformat"), data.get("nbformat_minor"))
-    try:
-        nb = nbformat.reads(text, as_version=4)
-    except Exception as error:  # nbformat raises many kinds on malformed notebooks
-        raise Ungradable(f"{path.name} is not a readable notebook: {error}") from None
-    if version != (4, 5) or any("id" not in c for c in nb.cells):
-        notes.append(f"upgraded from nbformat {version[0]}.{version[1]}")
-        nb.nbformat, nb.nbformat_minor = 4, 5
-        used = {c.get("id") for c in nb.cells}
-        for i, cell in enumerate(nb.cells):
-            if not cell.get("id"):
-                new = f"cell-{i}"
-                while new in used:
-                    new += "x"
-                cell["id"] = new
-                used.add(new)
-    for cell in nb.cells:
-        if not isinstance(cell.get("source"), str):
-            raise Ungradable(f"{path.name}: a cell's source is not text")
-    return nb, notes
-
-
-def prepare_submission(
-    folder: Path, released: dict[str, nbformat.NotebookNode], dest: Path
-) -> list[str] | tuple:
-    """Write the repaired notebooks of `folder` into `dest`. Returns (notes, flags);
-    raises Ungradable."""
-    notes, flags = [], []
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and ".ipynb_checkpoints" not in p.parts and not p.name.startswith(".")
-    )
-    links = [p for p in files if p.is_symlink()]
-    files = [p for p in files if not p.is_symlink()]
-    notebooks = [p for p in files if p.suffix == ".ipynb" and p.parent == folder]
-    chosen: dict[str, Path] = {}
-    for name in released:
-        if (folder / name) in notebooks:
-            chosen[name] = folder / name
-    missing = [name for name in released if name not in chosen]
-    others = [p for p in notebooks if p.name not in released]
-    if missing:
-        if len(missing) == 1 and len(others) == 1:
-            chosen[missing[0]] = others[0]
-            notes.append(f"renamed {others[0].name} to {missing[0]}")
-            others = []
-        elif not notebooks:
-            listing = ", ".join(p.name for p in files[:10]) or "no files"
-            raise Ungradable(f"no notebook in the submission ({listing})")
-        else:
-            raise Ungradable(
-                f"expected {', '.join(missing)}; found several other notebooks "
-                f"({', '.join(p.name for p in others)}): cannot tell which one to grade"
-            )
-    extra = [p for p in files if p not in chosen.values()] + links
-    if extra:
-        shown = ", ".join(str(p.relative_to(folder)) for p in extra[:10])
-        notes.append(f"ignored extra files: {shown}" + (" …" if len(extra) > 10 else ""))
-    dest.mkdir(parents=True, exist_ok=True)
-    for name, path in chosen.items():
-        nb, read_notes = read_notebook(path)
-        fixed = repair(nb, released[name])
-        notes += read_notes + fixed.notes
-        flags += fixed.flags
-        nbformat.write(nb, dest / name)
-    return notes, flags
-
-
 # ----------------------------------------------------------------------------- the run
-
-
-def find_students(submissions: Path, assignment: str) -> tuple[dict[str, Path], list[str]]:
-    """{student: folder} in nbgrader layout, and the folders that could not be used (why)."""
-    found, problems = {}, []
-    for folder in sorted(
-        p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")
-    ):
-        if not STUDENT_ID.match(folder.name):
-            problems.append(f"{folder.name!r}: not a usable student id (letters, digits, . _ @ -)")
-        elif (folder / assignment).is_dir():
-            found[folder.name] = folder / assignment
-        else:
-            found[folder.name] = folder  # graded as "no <assignment> folder" below
-    for path in sorted(
-        p for p in submissions.iterdir() if p.is_file() and not p.name.startswith(".")
-    ):
-        problems.append(f"{path.name}: a file at the top level (expected <student>/{assignment}/…)")
-    return found, problems
 
 
 def _env(course: Path, home: Path) -> dict[str, str]:

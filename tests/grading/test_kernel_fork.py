@@ -313,8 +313,11 @@ def _probed_solution() -> nbformat.NotebookNode:
     return nb
 
 
-def _grade_one(tmp: Path, env_extra: dict[str, str], monkeypatch) -> dict:
+def _grade_one(tmp: Path, env_extra: dict[str, str], monkeypatch, config: str = "") -> dict:
     course = nbgrader_app.course_copy(REPO, tmp / "course", [LESSON])
+    if config:  # the course's own nbgrader settings, after ours
+        path = course / "autograder" / "nbgrader_config.py"
+        path.write_text(path.read_text() + config)
     subs = tmp / "subs"
     (subs / "probe" / LESSON).mkdir(parents=True)
     nbformat.write(_probed_solution(), subs / "probe" / LESSON / NAME)
@@ -338,3 +341,50 @@ def test_grading_with_the_fork_switched_off_scores_the_same_and_flags_it(tmp_pat
     assert (record["status"], record["score"]) == ("graded", 8.0), record
     assert f"{MARK}False" in record["cells"]["sdpa-test"]["output"], record["cells"]
     assert f"grading kernel not forked: switched off ({kernel_fork.SWITCH}=0)" in record["flags"]
+
+
+# A course that sets its own autograde preprocessors: nbgrader's list plus one that marks every
+# code cell's output (after Execute), Execute named by its import path.
+OWN_PREPROCESSORS = f"""
+import nbformat as _nbformat
+from nbconvert.preprocessors import Preprocessor as _Preprocessor
+from nbgrader.converters import Autograde as _Autograde
+
+class MarkOutputs(_Preprocessor):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.enabled = True
+
+    def preprocess(self, nb, resources):
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs.append(
+                    _nbformat.v4.new_output("stream", name="stdout", text="{MARK}course's own\\n")
+                )
+        return nb, resources
+
+_default = _Autograde.class_traits()["autograde_preprocessors"].default()
+c.Autograde.autograde_preprocessors = [
+    "nbgrader.preprocessors.Execute" if p.__name__ == "Execute" else p for p in _default
+] + [MarkOutputs]
+"""
+
+
+def test_a_courses_own_autograde_preprocessors_keep_the_forked_kernel():
+    named = kernel_fork.autograde_preprocessors(["nbgrader.preprocessors.Execute", "x.Other"])
+    assert named == [kernel_fork.ForkingExecute, "x.Other"]
+    default = kernel_fork.autograde_preprocessors()
+    assert kernel_fork.ForkingExecute in default and kernel_fork.Execute not in default
+
+
+@pytest.mark.slow
+def test_a_course_that_sets_its_own_autograde_preprocessors_is_graded_with_them(
+    tmp_path, monkeypatch
+):
+    """The config `nbgrader_app` passes to nbgrader's app wins over the course's file: the
+    course's list must be carried into it (the mutant, our list alone, drops the course's)."""
+    record = _grade_one(tmp_path, {}, monkeypatch, config=OWN_PREPROCESSORS)
+    assert (record["status"], record["score"]) == ("graded", 8.0), record
+    output = record["cells"]["sdpa-test"]["output"]
+    assert f"{MARK}course's own" in output, output
+    assert f"{MARK}True" in output, output  # and its kernel still a fork

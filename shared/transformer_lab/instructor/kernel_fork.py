@@ -213,12 +213,18 @@ class ForkingExecute(Execute):
         super().__init__(*args, **kwargs)
 
 
-def autograde_preprocessors() -> list:
-    """nbgrader's default autograde preprocessors with `ForkingExecute` in place of `Execute`."""
-    from nbgrader.converters import Autograde
+EXECUTE_NAMES = ("nbgrader.preprocessors.Execute", "nbgrader.preprocessors.execute.Execute")
 
-    default = Autograde.class_traits()["autograde_preprocessors"].default()
-    return [ForkingExecute if p is Execute else p for p in default]
+
+def autograde_preprocessors(configured: list | None = None) -> list:
+    """The course's autograde preprocessors (`configured`, from its nbgrader_config.py) or else
+    nbgrader's default ones, with `ForkingExecute` in place of `Execute` (named by its class or
+    its import path; the rest as given)."""
+    if configured is None:
+        from nbgrader.converters import Autograde
+
+        configured = Autograde.class_traits()["autograde_preprocessors"].default()
+    return [ForkingExecute if p is Execute or p in EXECUTE_NAMES else p for p in configured]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -241,6 +241,23 @@ def _close_other_descriptors() -> None:
     os.closerange(3, 1 << 16)
 
 
+def course_setting(folder: Path, section: str, name: str):
+    """What the course's nbgrader_config.py in `folder` (nbgrader's working folder) sets for
+    `section.name`, or None (not set, or no such file). The config passed to nbgrader's app
+    below takes precedence over the file's, so what the file sets must be carried into it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    if not (folder / "nbgrader_config.py").is_file():
+        return None
+    try:
+        config = PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
+    except Exception:  # noqa: BLE001 - nbgrader reports a broken config file itself
+        return None
+    if section in config and name in config[section]:
+        return config[section][name]
+    return None
+
+
 def _autograde_here(args: list[str], cell_limits) -> int:
     """nbgrader's command line app, in this process; returns its exit code. Its kernels are
     forks of this (pre-imported) process (`kernel_fork`), where forking is available."""
@@ -250,10 +267,14 @@ def _autograde_here(args: list[str], cell_limits) -> int:
     from . import kernel_fork
 
     config = Config()
-    config.Autograde.autograde_preprocessors = kernel_fork.autograde_preprocessors()
+    here = Path.cwd()  # the job's autograder/ folder: the course's nbgrader_config.py
+    configured = course_setting(here, "Autograde", "autograde_preprocessors")
+    config.Autograde.autograde_preprocessors = kernel_fork.autograde_preprocessors(configured)
     # nbclient waits 4 s for a cell's last outputs after its reply, then fails the whole
-    # notebook: on a loaded machine that is too short (the cell's own limit still applies)
-    config.Execute.iopub_timeout = 60
+    # notebook: on a loaded machine that is too short (the cell's own limit still applies);
+    # a course that sets its own keeps it
+    iopub = course_setting(here, "Execute", "iopub_timeout")
+    config.Execute.iopub_timeout = 60 if iopub is None else iopub
     if cell_limits is not None:
         config.Execute.timeout_func = cell_limits
     try:

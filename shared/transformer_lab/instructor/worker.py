@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -512,19 +513,17 @@ def _matplotlib_follows_the_job() -> None:
     derives the style library's and TeX cache's folders from them at import: all the worker's.
     Forget them, so that the job's own folder is used (a font cache it rebuilds, a style it
     reloads). The fonts and rc settings the worker loaded stay: both came from an empty folder
-    of the worker's own, as they would from the job's fresh one (and not from a `matplotlibrc`
-    in the submission's folder, which a fresh import would have read)."""
+    of the worker's own and the same MPLBACKEND, as they would from the job's fresh one."""
     mpl = sys.modules.get("matplotlib")
     if mpl is None:
         return
-    import functools
-
     for name in ("get_configdir", "get_cachedir"):
         memoized = getattr(mpl, name)
         setattr(mpl, name, functools.cache(getattr(memoized, "__wrapped__", memoized)))
-    style = sys.modules.get("matplotlib.style")
-    if style is not None and isinstance(getattr(style, "USER_LIBRARY_PATHS", None), list):
-        style.USER_LIBRARY_PATHS[:] = [os.path.join(mpl.get_configdir(), "stylelib")]
+    for module in ("matplotlib.style", "matplotlib.style.core"):  # where 3.11 / 3.7-3.10 keep it
+        paths = getattr(sys.modules.get(module), "USER_LIBRARY_PATHS", None)
+        if isinstance(paths, list):  # one list, re-exported: changed in place
+            paths[:] = [os.path.join(mpl.get_configdir(), "stylelib")]
     tex = sys.modules.get("matplotlib.texmanager")
     if tex is not None and hasattr(tex.TexManager, "_cache_dir"):
         tex.TexManager._cache_dir = Path(mpl.get_cachedir(), "tex.cache")

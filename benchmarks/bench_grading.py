@@ -368,13 +368,12 @@ def _timed(fn, *args, **kwargs):
 
 
 def _prepared_course(tmp: Path, lesson: str) -> Path:
-    """A course copy whose per-run caches (reference times, base gradebook) are warm."""
-    from transformer_lab.instructor import cell_limits
-
+    """A course copy whose per-run caches (reference times, in the notebook and in the
+    re-check; base gradebook) are warm."""
     course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
-    cell_limits.reference_times(course, lesson, _grading_env(course, tmp / "ref"), say=lambda m: 0)
     grader = grade.Grader(course, lesson, tmp, quiet=True)
     grader.run_dir = tmp / "warm"
+    grader.time_limits()
     grader.base_gradebook()
     return course
 

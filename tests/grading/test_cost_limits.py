@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import cell_limits, grade, nbgrader_app, sandbox
+from transformer_lab.instructor import cell_limits, grade, nbgrader_app, sandbox, verify
 from transformer_lab.instructor.cell_limits import CellLimits
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +116,7 @@ def small_course(tmp_path) -> Path:
 def _grader(course: Path, tmp_path: Path, **limits) -> grade.Grader:
     grader = grade.Grader.__new__(grade.Grader)  # no released notebook needed for the limits
     grader.course, grader.assignment, grader.quiet = course, "L", True
+    grader.verify = False  # its tests are not transformer_lab checks: no re-check to time
     grader.limits = sandbox.Limits(**limits)
     grader.run_dir = tmp_path / "run"
     return grader
@@ -565,3 +566,18 @@ def test_the_recheck_skips_only_tests_that_timed_out_with_0_points_in_the_kernel
     assert job._settled(Path("."), spec, timeouts) == {"a-test"}
     assert asked == [["a-test", "b-test"]]
     assert job._settled(Path("."), spec, set()) == set() and len(asked) == 1
+
+
+def test_a_test_gets_its_recheck_limit_from_its_time_in_the_recheck():
+    """Lesson 10's rotation test takes 0.3 s in the notebook and ~9 s in the re-check (3,500
+    calls across the pipe): its re-check limit comes from the 9 s, not from the 0.3 s (the
+    mutant: the notebook cell's limit, 10 s, which an honest student's re-check ran past on a
+    loaded machine and lost the exercise)."""
+    times = {"rot": 0.3, cell_limits.RECHECK + "rot": 8.7, "other": 0.3}
+    limits = cell_limits.derive(times)
+    recheck = verify.RecheckLimits({"cells": []}, limits, None)
+    assert recheck.test_limit("rot") == (34.8, 34.8)  # max(10, 4 x 8.7): not 20 x
+    assert recheck.test_limit("other") == (10.0, 10.0)  # not timed in the re-check: the cell's
+    known = verify.RecheckLimits({"cells": []}, limits, None, kernel_timeouts={"rot"})
+    assert known.test_limit("rot") == (26.1, 26.1)  # hit its limit in the kernel: the short one
+    assert "tests in the re-check 34.8-34.8 s" in cell_limits.describe(limits)

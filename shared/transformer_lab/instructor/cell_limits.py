@@ -46,6 +46,14 @@ SHORT_FACTOR = 3.0
 CONFIG = "cell_limits.json"
 SETTINGS = ("floor", "factor", "budget")
 TIMEOUT_ENAME = "CellTimeoutError"  # nbclient's error when it stopped a cell at its limit
+# A test's time in the clean re-check (`verify`), keyed RECHECK + grade id: there every call of
+# the student's code crosses a pipe, so a check that calls it thousands of times (a statistical
+# property) takes many times its time in the notebook, and gets its limit from this time.
+RECHECK = "recheck:"
+RECHECK_FACTOR = 4.0  # its limit: max(floor, RECHECK_FACTOR x that time); the pipe's cost is
+# most of that time and is steady, and a student whose code loops only in the re-check's child
+# must not cost 20 x it
+CACHE_VERSION = "2"  # 2: the re-check's test times too
 
 
 @dataclasses.dataclass
@@ -119,14 +127,18 @@ def derive(
     factor: float = FACTOR,
     budget: float | None = BUDGET,
 ) -> CellLimits:
-    """max(floor, factor x reference time) for every reference cell; the floor for the rest;
-    once `budget` is spent: max(SHORT_FLOOR, SHORT_FACTOR x reference time), never above the
-    full limit (budget None: none)."""
+    """max(floor, factor x reference time) for every reference cell (a test's time in the
+    re-check: max(floor, RECHECK_FACTOR x it)); the floor for the rest; once `budget` is spent:
+    max(SHORT_FLOOR, SHORT_FACTOR x reference time), never above the full limit (budget None:
+    none)."""
     if floor <= 0 or factor <= 0:
         raise ValueError(f"floor and factor must be positive (floor {floor!r}, factor {factor!r})")
     if budget is not None and budget <= 0:
         raise ValueError(f"the timeout budget must be positive, not {budget!r}")
-    full = {key: round(max(floor, factor * t), 1) for key, t in times.items()}
+    full = {
+        key: round(max(floor, (RECHECK_FACTOR if key.startswith(RECHECK) else factor) * t), 1)
+        for key, t in times.items()
+    }
     short = {
         key: min(full[key], round(max(SHORT_FLOOR, SHORT_FACTOR * t), 1))
         for key, t in times.items()
@@ -284,6 +296,7 @@ class KernelLimits:
 
 def source_digest(course: Path, assignment: str) -> str:
     digest = hashlib.sha256(os.environ.get("TRANSFORMER_LAB_QUICK", "1").encode())
+    digest.update(CACHE_VERSION.encode())
     for path in sorted((Path(course) / "solutions" / assignment).glob("*.ipynb")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
@@ -329,15 +342,17 @@ def time_cells(notebook: Path, env: dict[str, str], timeout: float = 600.0) -> d
 
 
 def reference_times(
-    course: Path, assignment: str, env: dict[str, str], say=print
+    course: Path, assignment: str, env: dict[str, str], say=print, recheck=None
 ) -> dict[str, float]:
-    """The reference solution's per-cell times, from the cache or measured (then cached)."""
+    """The reference solution's per-cell times, from the cache or measured (then cached);
+    `recheck(notebook)` gives its tests' times in the clean re-check ({grade id: seconds}, kept
+    under RECHECK + grade id)."""
     course = Path(course)
     cache = course / "autograder" / "work" / "cell_times" / f"{assignment}.json"
     digest = source_digest(course, assignment)
     try:
         data = json.loads(cache.read_text())
-        if data.get("sha256") == digest:
+        if data.get("sha256") == digest and (recheck is None or data.get("recheck")):
             return {str(k): float(v) for k, v in data["times"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
@@ -345,13 +360,16 @@ def reference_times(
     start = time.monotonic()
     for path in sorted((course / "solutions" / assignment).glob("*.ipynb")):
         times.update(time_cells(path, env))
+        if recheck is not None:
+            times.update({RECHECK + gid: t for gid, t in recheck(path).items()})
     say(
         f"timed the reference solution of {assignment} once ({time.monotonic() - start:.1f} s; "
         f"cached in {cache.relative_to(course)})"
     )
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sha256": digest, "times": times}, indent=1, sort_keys=True))
+    record = {"sha256": digest, "times": times, "recheck": recheck is not None}
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     tmp.replace(cache)
     return times
 
@@ -359,7 +377,9 @@ def reference_times(
 def describe(limits: CellLimits) -> str:
     if not limits.seconds:
         return f"{limits.default:g} s per cell (fixed)"
-    values = sorted(set(limits.seconds.values()))
+    values = sorted({t for key, t in limits.seconds.items() if not key.startswith(RECHECK)})
+    recheck = sorted({t for key, t in limits.seconds.items() if key.startswith(RECHECK)})
+    tests = f"; tests in the re-check {recheck[0]:g}-{recheck[-1]:g} s" if recheck else ""
     budget = (
         f"; once {limits.budget:g} s are spent in cells that hit their limit, "
         f"max({SHORT_FLOOR:g} s, {SHORT_FACTOR:g} x the reference)"
@@ -368,5 +388,5 @@ def describe(limits: CellLimits) -> str:
     )
     return (
         f"per-cell limits {values[0]:g}-{values[-1]:g} s from the reference solution "
-        f"(a cell it does not have: {limits.default:g} s){budget}"
+        f"(a cell it does not have: {limits.default:g} s){tests}{budget}"
     )

@@ -285,11 +285,28 @@ class Grader:
         home = self.run_dir / "reference-home"
         env = _env(self.course, home)
         try:
-            times = cell_limits.reference_times(self.course, self.assignment, env, say=self.say)
+            times = cell_limits.reference_times(
+                self.course, self.assignment, env, say=self.say, recheck=self._recheck_times
+            )
         except RuntimeError as error:
             self.say(f"warning: {error}; every cell gets {cell_limits.FALLBACK:g} s")
             return cell_limits.fixed(cell_limits.FALLBACK)
         return cell_limits.derive(times, floor, factor, budget)
+
+    def _recheck_times(self, notebook: Path) -> dict[str, float]:
+        """The reference solution's tests timed in the clean re-check (trusted code: here, with
+        the re-check's own child process), for `cell_limits.reference_times`."""
+        if not self.verify:
+            return {}
+        from .verify import verify
+
+        workdir = self.run_dir / "reference-recheck"
+        workdir.mkdir(parents=True, exist_ok=True)
+        checked = verify(self.assignment, notebook, workdir, course=self.course, cell_timeout=None)
+        failed = sorted(gid for gid, cell in checked["cells"].items() if not cell["passed"])
+        if failed:
+            self.say(f"warning: the reference solution fails its re-check in {', '.join(failed)}")
+        return checked["seconds"]
 
     def _one(self, student: str, folder: Path, sha: str) -> dict:
         start = time.monotonic()

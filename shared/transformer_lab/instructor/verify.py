@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from ..notebook_setup import SETUP_ID
-from .cell_limits import TimeoutBudget
+from .cell_limits import RECHECK, TimeoutBudget
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
 from .sandbox import GRADING_FLAG
 from .verify_child import CELL_TIMED_OUT
@@ -199,7 +199,8 @@ def verify(
     thread: the grading job) instead of starting `python -I` (which imports them again in every
     child).
 
-    Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str]}.
+    Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str],
+    "seconds": {grade_id: wall-clock seconds of each test run here}}.
     """
     course, workdir = Path(course), Path(workdir)
     tests = released_test_cells(course, lesson)
@@ -219,12 +220,15 @@ def verify(
     settled_tests = {gid: {"passed": False, "message": NOT_RECHECKED} for gid in settled}
     tests_to_run = {gid: src for gid, src in tests.items() if gid not in settled_tests}
     deadline = time.monotonic() + timeout
+    seconds: dict[str, float] = {}
     with _grading_mode():  # never save into a student package from here
-        ran, sessions = _run_tests(tests_to_run, code, workdir, deadline, memory, limits, fork)
+        ran, sessions = _run_tests(
+            tests_to_run, code, workdir, deadline, memory, limits, fork, seconds
+        )
     cells = {gid: ran.get(gid) or settled_tests[gid] for gid in tests}
     for each in sessions:
         flags += [f for f in each.flags if f not in flags]
-    result = {"cells": cells, "flags": flags}
+    result = {"cells": cells, "flags": flags, "seconds": seconds}
     if kernel_passed:
         result["flags"] += [f for f in tampering_flags(result, kernel_passed) if f not in flags]
     return result
@@ -283,8 +287,12 @@ class RecheckLimits:
                 self.known.add(grade_id or cell_id or "")
 
     def test_limit(self, grade_id: str) -> tuple[float | None, float | None]:
-        """(this test's limit, its full limit)."""
-        full, short = self.pair(grade_id)
+        """(this test's limit, its full limit): from the reference solution's time for this test
+        in the re-check (`cell_limits.RECHECK`), where it was measured; else the cell's."""
+        timed = self.cell_limits is not None and RECHECK + grade_id in self.cell_limits.seconds
+        full, short = self.pair(RECHECK + grade_id if timed else grade_id)
+        if grade_id in self.known:
+            full = short
         return self.budget.limit(full, short), full
 
     def test_timed_out(self, grade_id: str, limit: float) -> None:
@@ -299,10 +307,13 @@ SHORTENED = (
 )
 
 
-def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, limits, fork):
+def _run_tests(
+    tests: dict, code: list, workdir: Path, deadline: float, memory, limits, fork, seconds=None
+):
     """Every test cell against one child running the student's cells; a test that ran past its
     own time limit (an endless loop in one graded function) gets the next tests a fresh child,
-    so one loop costs one exercise, not all. Returns (verdicts, every session used).
+    so one loop costs one exercise, not all. Returns (verdicts, every session used); `seconds`
+    gets each test's wall-clock time.
 
     With `fork`, every child this may need (1 + MAX_RESTARTS) is forked here, before any test
     runs: no child ever holds what the judge computed for a test; the unused ones end unused."""
@@ -327,7 +338,10 @@ def _run_tests(tests: dict, code: list, workdir: Path, deadline: float, memory, 
             if session.dead:
                 cells[gid] = {"passed": False, "message": session.dead}
                 continue
+            started = time.monotonic()
             cells[gid] = _run_limited_test(session, limits, gid, src, deadline)
+            if seconds is not None:
+                seconds[gid] = round(time.monotonic() - started, 3)
     finally:
         if session is not None:
             session.close()

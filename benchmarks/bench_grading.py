@@ -53,6 +53,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from transformer_lab.instructor import grade, nbgrader_app, sandbox  # noqa: E402
 
 
+def _machine() -> str:
+    """The load, the cores and the sandbox, for the first line of a table."""
+    return (
+        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
+        f"{sandbox.namespaces_unavailable() or 'namespaces'}"
+    )
+
+
 def _cpu() -> float:
     me, kids = (
         resource.getrusage(resource.RUSAGE_SELF),
@@ -309,8 +317,7 @@ def projection(cpu_per_notebook: float, students: int, machines: int, slots: int
 def many_cores_and_machines(lesson: str, students: int) -> None:
     """--jobs 1 / --jobs 2 / Dask on loopback for the same class, memory per job, advice."""
     print(
-        f"lesson {lesson}, {students} students, load {os.getloadavg()[0]:.1f}, "
-        f"{os.cpu_count()} CPUs, sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}, "
+        f"lesson {lesson}, {students} students, {_machine()}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
     mem = memory_per_job(lesson)
@@ -404,10 +411,7 @@ def cost(lessons: list[str]) -> None:
     """Grading one notebook against plainly executing it, side by side, per lesson."""
     import nbformat
 
-    print(
-        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
-        f"{sandbox.namespaces_unavailable() or 'namespaces'}"
-    )
+    print(_machine())
     print(
         "| lesson | plain wall (s) | plain CPU (s) | graded wall (s) | graded CPU (s) "
         "| ratio wall | ratio CPU | score |"
@@ -691,10 +695,7 @@ def fork_cost(lessons: list[str]) -> None:
 
     from transformer_lab.instructor import kernel_fork
 
-    print(
-        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
-        f"{sandbox.namespaces_unavailable() or 'namespaces'}"
-    )
+    print(_machine())
     print(
         "| lesson | plain wall / CPU (s) | graded, launched kernel: wall / CPU (s) "
         "| graded, forked kernel: wall / CPU (s) | ratio CPU launched | ratio CPU forked "
@@ -736,10 +737,7 @@ def worker_cost(lessons: list[str], students: int) -> None:
     (jobs forked from one pre-imported worker: paid once per run), side by side with the plain
     nbclient execution of the notebook; per-run caches warm as in a class."""
 
-    print(
-        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, {students} students a run, "
-        f"sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}"
-    )
+    print(f"{students} students a run, {_machine()}")
     print(
         "| lesson | worker | plain CPU (s, median of 3) | graded wall / notebook (s) "
         "| graded CPU / notebook (s) "
@@ -775,10 +773,7 @@ def marginal_cost(lessons: list[str], students: int) -> None:
     of 3). The slope between the two classes is the cost of a notebook; what is left of the small
     class is the run's own cost (the worker's start and imports, the reference times' check, the
     CSV, the merge's nbgrader import), paid once however large the class."""
-    print(
-        f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, classes of {students} and "
-        f"{2 * students}, sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}"
-    )
+    print(f"classes of {students} and {2 * students}, {_machine()}")
     print(
         "| lesson | plain CPU (s, median of 3) | class of n: CPU (s) | class of 2n: CPU (s) "
         "| **one more notebook: CPU (s)** | per run: CPU (s) | **ratio** | full marks |"
@@ -874,10 +869,7 @@ def main() -> None:
     if args.cluster:
         many_cores_and_machines(args.lesson, args.students)
         return
-    print(
-        f"lesson {args.lesson}, {args.students} students, load {os.getloadavg()[0]:.1f}, "
-        f"{os.cpu_count()} CPUs, sandbox: {sandbox.namespaces_unavailable() or 'namespaces'}"
-    )
+    print(f"lesson {args.lesson}, {args.students} students, {_machine()}")
     rounds = [one_round(args.lesson, args.students, jobs) for jobs in (1, 2)]
     print("| jobs | students | wall (s) | CPU (s) | wall per student (s) | full marks |")
     print("|---|---|---|---|---|---|")

@@ -47,7 +47,7 @@ class NanoAttention(nn.Module):
         super().__init__()
         self.h = h
         self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
+        self.w_o = nn.Linear(d, d)  # nanoGPT's c_proj; the course's name (GPT's init scales it)
 
     def forward(self, x):
         B, T, d = x.shape
@@ -55,28 +55,19 @@ class NanoAttention(nn.Module):
             t.view(B, T, self.h, d // self.h).transpose(1, 2) for t in self.qkv(x).split(d, dim=2)
         )
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(B, T, d))
+        return self.w_o(y.transpose(1, 2).reshape(B, T, d))
 
 
-class OneQKVAttention(nn.Module):
+class OneQKVAttention(NanoAttention):
     """nanoGPT's attention (one qkv parameter) as a course part: attention(d_model, n_heads,
-    dropout=p), called with the causal mask and is_causal; its output layer is `w_o` (GPT's
-    initialisation scales it). For --attention-ab only."""
+    dropout=p), called with the causal mask and is_causal. For --attention-ab only."""
 
     def __init__(self, d: int, h: int, dropout: float = 0.0):
-        super().__init__()
-        self.h = h
-        self.qkv = nn.Linear(d, 3 * d)
-        self.w_o = nn.Linear(d, d)
+        super().__init__(d, h)
 
     def forward(self, x, mask=None, is_causal=False):
         assert is_causal, "the plain causal mask only"
-        B, T, d = x.shape
-        q, k, v = (
-            t.view(B, T, self.h, d // self.h).transpose(1, 2) for t in self.qkv(x).split(d, dim=2)
-        )
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.w_o(y.transpose(1, 2).reshape(B, T, d))
+        return super().forward(x)
 
 
 class NanoBlock(nn.Module):
@@ -114,14 +105,18 @@ def copy_weights(course: GPT, nano: NanoGPT) -> None:
         nano.wpe.weight.copy_(course.wpe.weight)
         nano.ln_f.load_state_dict(course.ln_f.state_dict())
         for ours, theirs in zip(course.blocks, nano.blocks):
-            a = ours.self_attn
-            theirs.attn.qkv.weight.copy_(torch.cat([a.w_q.weight, a.w_k.weight, a.w_v.weight]))
-            theirs.attn.qkv.bias.copy_(torch.cat([a.w_q.bias, a.w_k.bias, a.w_v.bias]))
-            theirs.attn.proj.load_state_dict(a.w_o.state_dict())
+            _copy_attention(ours.self_attn, theirs.attn)
             theirs.fc.load_state_dict(ours.ffn.w_1.state_dict())
             theirs.out.load_state_dict(ours.ffn.w_2.state_dict())
             theirs.ln_1.load_state_dict(ours.norm1.state_dict())
             theirs.ln_2.load_state_dict(ours.norm2.state_dict())
+
+
+def _copy_attention(ours, theirs: NanoAttention) -> None:
+    """W^Q, W^K, W^V (and biases) stacked into qkv; W^O as is. Under no_grad."""
+    theirs.qkv.weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+    theirs.qkv.bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+    theirs.w_o.load_state_dict(ours.w_o.state_dict())
 
 
 def one_qkv_twin(course: GPT) -> GPT:
@@ -140,10 +135,7 @@ def one_qkv_twin(course: GPT) -> GPT:
     )
     with torch.no_grad():
         for ours, theirs in zip(course.blocks, twin.blocks):
-            a = ours.self_attn
-            theirs.self_attn.qkv.weight.copy_(torch.cat([a.w_q.weight, a.w_k.weight, a.w_v.weight]))
-            theirs.self_attn.qkv.bias.copy_(torch.cat([a.w_q.bias, a.w_k.bias, a.w_v.bias]))
-            theirs.self_attn.w_o.load_state_dict(a.w_o.state_dict())
+            _copy_attention(ours.self_attn, theirs.self_attn)
             for name in ("norm1", "norm2", "ffn"):
                 getattr(theirs, name).load_state_dict(getattr(ours, name).state_dict())
         for name in ("wte", "wpe", "ln_f"):

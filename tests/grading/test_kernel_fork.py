@@ -377,6 +377,22 @@ def test_a_courses_own_autograde_preprocessors_keep_the_forked_kernel():
     assert kernel_fork.ForkingExecute in default and kernel_fork.Execute not in default
 
 
+def test_the_autograde_config_keeps_the_courses_own_settings(tmp_path):
+    """What the course's nbgrader_config.py sets survives the config the job gives nbgrader's
+    app (which wins over the file): its preprocessors (Execute forking) and iopub_timeout."""
+    ours = nbgrader_app.autograde_config(tmp_path)  # no course file: our defaults
+    assert ours.Execute.iopub_timeout == 60
+    assert ours.Autograde.autograde_preprocessors == kernel_fork.autograde_preprocessors()
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        "c.Execute.iopub_timeout = 7\n"
+        "c.Autograde.autograde_preprocessors = ['nbgrader.preprocessors.Execute', 'x.Mine']\n"
+    )
+    own = nbgrader_app.autograde_config(tmp_path)
+    assert own.Execute.iopub_timeout == 7
+    assert own.Autograde.autograde_preprocessors == [kernel_fork.ForkingExecute, "x.Mine"]
+
+
 @pytest.mark.slow
 def test_a_course_that_sets_its_own_autograde_preprocessors_is_graded_with_them(
     tmp_path, monkeypatch

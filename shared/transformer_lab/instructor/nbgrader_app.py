@@ -241,42 +241,45 @@ def _close_other_descriptors() -> None:
     os.closerange(3, 1 << 16)
 
 
-def course_setting(folder: Path, section: str, name: str):
-    """What the course's nbgrader_config.py in `folder` (nbgrader's working folder) sets for
-    `section.name`, or None (not set, or no such file). The config passed to nbgrader's app
-    below takes precedence over the file's, so what the file sets must be carried into it."""
+def course_config(folder: Path):
+    """The course's nbgrader_config.py in `folder` (nbgrader's working folder), as a traitlets
+    Config (empty: no such file, or one nbgrader will report as broken itself). The config
+    passed to nbgrader's app below takes precedence over the file's, so what the file sets for
+    the same settings must be carried into it."""
+    from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
 
     if not (folder / "nbgrader_config.py").is_file():
-        return None
+        return Config()
     try:
-        config = PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
+        return PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
     except Exception:  # noqa: BLE001 - nbgrader reports a broken config file itself
-        return None
-    if section in config and name in config[section]:
-        return config[section][name]
-    return None
+        return Config()
+
+
+def autograde_config(folder: Path, cell_limits=None):
+    """The config nbgrader's app gets in a grading job (`folder`: its working folder, with the
+    course's nbgrader_config.py): the course's autograde preprocessors with the forking Execute
+    (`kernel_fork`), nbclient's wait for a cell's last outputs (60 s unless the course sets its
+    own: the default 4 s fails a whole notebook on a loaded machine), each cell's time limit."""
+    from . import kernel_fork
+
+    own = course_config(folder)
+    config = type(own)()
+    configured = own.Autograde.get("autograde_preprocessors")
+    config.Autograde.autograde_preprocessors = kernel_fork.autograde_preprocessors(configured)
+    config.Execute.iopub_timeout = own.Execute.get("iopub_timeout", 60)
+    if cell_limits is not None:
+        config.Execute.timeout_func = cell_limits
+    return config
 
 
 def _autograde_here(args: list[str], cell_limits) -> int:
     """nbgrader's command line app, in this process; returns its exit code. Its kernels are
     forks of this (pre-imported) process (`kernel_fork`), where forking is available."""
     from nbgrader.apps.nbgraderapp import NbGraderApp
-    from traitlets.config import Config
 
-    from . import kernel_fork
-
-    config = Config()
-    here = Path.cwd()  # the job's autograder/ folder: the course's nbgrader_config.py
-    configured = course_setting(here, "Autograde", "autograde_preprocessors")
-    config.Autograde.autograde_preprocessors = kernel_fork.autograde_preprocessors(configured)
-    # nbclient waits 4 s for a cell's last outputs after its reply, then fails the whole
-    # notebook: on a loaded machine that is too short (the cell's own limit still applies);
-    # a course that sets its own keeps it
-    iopub = course_setting(here, "Execute", "iopub_timeout")
-    config.Execute.iopub_timeout = 60 if iopub is None else iopub
-    if cell_limits is not None:
-        config.Execute.timeout_func = cell_limits
+    config = autograde_config(Path.cwd(), cell_limits)  # the job's autograder/ folder
     try:
         NbGraderApp.launch_instance(argv=args, config=config)
     except SystemExit as stop:

@@ -803,6 +803,171 @@ def marginal_cost(lessons: list[str], students: int) -> None:
             )
 
 
+def _old_wire(monkeypatch: dict) -> None:
+    """The re-check's wire before §22: torch.save both ways, torch.load(weights_only=True) in the
+    parent (then the type check), torch.load in the child. Patched into the modules (the forked
+    children inherit it); `monkeypatch` keeps what to put back."""
+    import io
+
+    import torch
+
+    from transformer_lab.instructor import verify_child, verify_session
+
+    def save(obj) -> bytes:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    def plain(obj, depth=0):
+        if isinstance(obj, torch.Tensor):
+            return obj.detach()
+        if type(obj) in (list, tuple):
+            return type(obj)(plain(x, depth + 1) for x in obj)
+        if type(obj) is dict:
+            return {k: plain(v, depth + 1) for k, v in obj.items()}
+        return obj
+
+    patches = {
+        (verify_session, "pack_request"): save,
+        (verify_session, "unpack_reply"): lambda d: plain(
+            torch.load(io.BytesIO(bytes(d)), weights_only=True)
+        ),
+        (verify_child, "pack_reply"): save,
+        (verify_child, "unpack_request"): lambda d: torch.load(
+            io.BytesIO(bytes(d)), weights_only=False
+        ),
+    }
+    for (module, name), value in patches.items():
+        monkeypatch[(module, name)] = getattr(module, name)
+        setattr(module, name, value)
+
+
+def _restore(monkeypatch: dict) -> None:
+    for (module, name), value in monkeypatch.items():
+        setattr(module, name, value)
+    monkeypatch.clear()
+
+
+def wire_cost(calls: int = 2000) -> None:
+    """One call of a student's function in the re-check (through the pipe, into a forked child
+    and back), with the wire before §22 and now, side by side in one run: a small call like the
+    statistical checks' (an (8, 16) tensor and a generator in, one draw out) and a large one
+    (a 2 MiB tensor in and out)."""
+    import torch
+
+    from transformer_lab import check  # noqa: F401 - imported before the children are forked
+    from transformer_lab.instructor.verify_remote import remote_function
+    from transformer_lab.instructor.verify_session import Session, Spawner
+
+    torch.set_num_threads(1)
+    cells = [
+        [
+            0,
+            "import torch\ndef draw(x, g=None):\n    return torch.randint(0, 10, (1,), generator=g)",
+        ],
+        [1, "def same(x):\n    return x * 1.0"],
+    ]
+    small = (torch.randn(8, 16), torch.Generator().manual_seed(0))
+    large = (torch.randn(64, 128, 64),)
+    print(f"{calls} small and {calls // 20} large calls each, {_machine()}")
+    print("| wire | small call: wall (ms) | parent CPU (ms) | large call: wall (ms) |")
+    print("|---|---|---|---|")
+    rows = {}
+    saved: dict = {}
+    for label in ("torch.save / torch.load (before)", "frames: JSON or pickle + raw bytes (now)"):
+        if "before" in label:
+            _old_wire(saved)
+        with tempfile.TemporaryDirectory(prefix="bench-wire-") as tmp:
+            spawner = Spawner(Path(tmp), None, 1)
+            session = Session(cells, Path(tmp), time.monotonic() + 3600, None, 60, spawn=spawner)
+            draw, same = remote_function(session, "draw"), remote_function(session, "same")
+            for _ in range(50):
+                draw(*small)
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                draw(*small)
+            small_wall = (time.perf_counter() - wall) / calls * 1e3
+            small_cpu = (time.process_time() - cpu) / calls * 1e3
+            wall = time.perf_counter()
+            for _ in range(calls // 20):
+                assert torch.equal(same(*large), large[0])
+            large_wall = (time.perf_counter() - wall) / (calls // 20) * 1e3
+            session.close()
+            spawner.close()
+        _restore(saved)
+        rows[label] = small_wall
+        print(f"| {label} | {small_wall:.2f} | {small_cpu:.2f} | {large_wall:.1f} |", flush=True)
+    before, now = rows.values()
+    print(f"small call: {before / now:.1f}x faster now")
+
+
+def _slow_cell_ids(course: Path, lesson: str) -> set[str]:
+    """The cells of the solution notebook that took job.SLOW_CELL seconds or more in the plain
+    run that gave the reference times (what the job reads from nbgrader's run)."""
+    import json
+
+    from transformer_lab.instructor import job
+
+    cached = course / "autograder" / "work" / "cell_times" / f"{lesson}.json"
+    times = json.loads(cached.read_text())["times"]
+    return {key for key, seconds in times.items() if seconds >= job.SLOW_CELL}
+
+
+def recheck_ab(lessons: list[str]) -> None:
+    """The clean re-check of each lesson's solution alone (`verify`, forked children, as in a
+    grading job), three ways side by side in one run: as before §22 (the torch.save wire, every
+    student cell); the new wire; the new wire and only the cells the re-check needs (up to the
+    last test; the slow cells no test needs left out, slow from the reference run's times)."""
+    import importlib
+
+    from transformer_lab.instructor import verify
+
+    importlib.import_module("transformer_lab.check")
+    print(f"{_machine()}")
+    print(
+        "| lesson | before: CPU (s) | new wire: CPU (s) | new wire + cells needed: CPU (s) "
+        "| ratio (before / now) | cells left out | passed |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-recheck-") as tmp:
+            tmp = Path(tmp)
+            course = _prepared_course(tmp, lesson)
+            slow = _slow_cell_ids(course, lesson)
+            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
+            saved: dict = {}
+            cpu, passed, left_out = [], [], ""
+            for way in ("before", "wire", "now"):
+                kwargs = {"course": REPO, "timeout": 900, "memory": None, "fork": True}
+                if way == "before":
+                    _old_wire(saved)
+                    saved[(verify, "up_to_the_last_test")] = verify.up_to_the_last_test
+                    verify.up_to_the_last_test = lambda nb, code, ids: list(code)
+                if way == "now":
+                    kwargs["slow_cells"] = slow
+                    nb = verify._read_json_notebook(notebook)
+                    tests = verify.released_test_cells(REPO, lesson)
+                    code = verify.student_code_cells(nb, set(tests))
+                    kept = verify.up_to_the_last_test(nb, code, set(tests))
+                    index = {c.get("id"): i for i, c in enumerate(nb["cells"])}
+                    first = verify.cells_the_tests_need(
+                        kept, list(tests.values()), {index[i] for i in slow if i in index}
+                    )
+                    left_out = f"{len(code) - len(first)} of {len(code)}"
+                try:
+                    got, _, c = _timed(verify.verify, lesson, notebook, tmp / way, **kwargs)
+                finally:
+                    _restore(saved)
+                cpu.append(c)
+                passed.append(sum(v["passed"] for v in got["cells"].values()))
+            n = len(verify.released_test_cells(REPO, lesson))
+            print(
+                f"| {lesson} | {cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[2]:.2f} | {cpu[0] / cpu[2]:.1f} "
+                f"| {left_out} | {'/'.join(str(p) for p in passed)} of {n} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -837,7 +1002,22 @@ def main() -> None:
         action="store_true",
         help="one more notebook's cost in a class (classes of --students and twice as many)",
     )
+    parser.add_argument(
+        "--wire", action="store_true", help="one re-check call: the wire before §22 and now"
+    )
+    parser.add_argument(
+        "--recheck-ab",
+        action="store_true",
+        help="the re-check alone: before §22, new wire, new wire + cells needed (--lessons)",
+    )
     args = parser.parse_args()
+    if args.wire:
+        wire_cost()
+        return
+    if args.recheck_ab:
+        every = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
+        recheck_ab(args.lessons or every)
+        return
     if args.marginal:
         marginal_cost(args.lessons or [args.lesson], args.students)
         return

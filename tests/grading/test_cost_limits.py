@@ -241,6 +241,7 @@ def derived_run(tmp_path_factory):
         "loop_in_graded_function": graded_loop,
         "loop_in_many_cells": many,
         "plants_modules": _insert_after(released, "setup", _planter()),
+        "slow_scratch": _insert_after(_solution(), "setup", BURN),
     }
     submissions = tmp_path_factory.mktemp("subs")
     for student, nb in cases.items():
@@ -263,6 +264,8 @@ def derived_run(tmp_path_factory):
 
 
 TRIES = 4
+BURN_SECONDS = 4.0
+BURN = f"import time\n_t0 = time.process_time()\nwhile time.process_time() - _t0 < {BURN_SECONDS}:\n    pass"
 BOUND = 150.0  # seconds per student: generous (2 busy cores); the benchmark measures the cost
 
 
@@ -291,6 +294,15 @@ def test_a_loop_in_graded_code_costs_that_exercise_only_and_names_its_limit(deri
     assert limit >= cell_limits.FLOOR
     assert f"cell self-attention-test hit the per-cell timeout of {limit:g} s" in record["reason"]
     assert not [f for f in record["flags"] if "withheld" in f or "tampering" in f], record["flags"]
+
+
+@pytest.mark.slow
+def test_a_slow_cell_no_test_needs_runs_once_not_again_in_the_recheck(derived_run):
+    """nbgrader's run times it (over a second), so the re-check leaves it out (`cell_needs`)."""
+    record = derived_run["records"]["slow_scratch"]
+    assert (record["status"], record["score"]) == ("graded", FULL), record
+    assert record["cpu_timings"]["autograde"] >= BURN_SECONDS, record["cpu_timings"]
+    assert record["cpu_timings"]["recheck"] < BURN_SECONDS, record["cpu_timings"]
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -52,16 +53,17 @@ def _cell_output(cell) -> str:
     return text[:OUTPUT_CHARS]
 
 
-def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str], set[str]]:
+def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str], set[str], set[str]]:
     """Per-cell scores from the private gradebook; outputs and notes from the autograded
     notebook (a cell stopped by the per-cell timeout, with the limit the notebook's timeout
     budget gave it; the budget spent; a cell out of memory); the grade ids or cell ids of the
     cells nbgrader's kernel stopped at their limit (the re-check gives them the short limit at
-    once)."""
+    once); the ids of the cells that took SLOW_CELL seconds or more there (the re-check leaves
+    out those no test needs, `cell_needs`)."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
     scores = nbgrader_app.cell_scores(course, assignment, student, cells)
     limits = job_limits(spec)
-    outputs, notes, timeouts = {}, [], set()
+    outputs, notes, timeouts, slow = {}, [], set(), set()
     for name in spec["notebooks"]:
         nb = nbformat.read(_autograded(course, spec, name), as_version=4)
         kernel = KernelLimits(limits) if limits is not None else None
@@ -75,6 +77,8 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str], set[s
                 o.get("ename", "") for o in c.get("outputs", []) if o.get("output_type") == "error"
             ]
             label = cell_key(c, i)
+            if c.get("id") and (_seconds_in_kernel(c) or 0.0) >= SLOW_CELL:
+                slow.add(c["id"])
             if runs_in_nbclient(c) and hit_its_limit(c):
                 timeouts.add(gid or c.get("id") or "")
             if any(e in TIMEOUT_MARKS for e in errors):
@@ -89,7 +93,21 @@ def read_results(course: Path, spec: dict) -> tuple[dict, dict, list[str], set[s
                 outputs[gid] = output
         if kernel is not None and kernel.budget.note():
             _note_after(notes, f"cell {kernel.budget.spent_at} hit", kernel.budget.note())
-    return scores, outputs, notes, timeouts - {""}
+    return scores, outputs, notes, timeouts - {""}, slow
+
+
+SLOW_CELL = 1.0  # seconds
+
+
+def _seconds_in_kernel(cell) -> float | None:
+    """How long nbgrader's kernel ran a cell (nbclient's timing metadata), if it says."""
+    timing = (cell.get("metadata") or {}).get("execution") or {}
+    try:
+        start = datetime.fromisoformat(str(timing["iopub.execute_input"]).replace("Z", "+00:00"))
+        end = datetime.fromisoformat(str(timing["shell.execute_reply"]).replace("Z", "+00:00"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (end - start).total_seconds()
 
 
 def _note_after(notes: list[str], start: str, note: str) -> None:
@@ -210,11 +228,19 @@ def failure_reason(code: int | str, log: str, error: Exception) -> str:
 
 
 def recheck(
-    course: Path, spec: dict, remaining: float, notes: list[str], flags: list[str], timeouts=()
+    course: Path,
+    spec: dict,
+    remaining: float,
+    notes: list[str],
+    flags: list[str],
+    timeouts=(),
+    slow=(),
+    failed=(),
 ):
     """The clean re-check (`verify`): (verdicts or None, the reason points are withheld or
-    None). Adds to `notes` and `flags`. `timeouts`: the cells nbgrader's kernel stopped at their
-    limit (`read_results`)."""
+    None). Adds to `notes` and `flags`. `timeouts`, `slow`: the cells nbgrader's kernel stopped
+    at their limit, and those it took over SLOW_CELL seconds for (`read_results`); `failed`:
+    the tests with 0 points there."""
     verdicts, withheld = None, None
     try:
         if not spec.get("verify", True):
@@ -238,6 +264,8 @@ def recheck(
                 kernel_timeouts=timeouts,
                 settled=_settled(course, spec, timeouts),
                 fork=True,
+                slow_cells=slow,
+                kernel_failed=failed,
             )
         verdicts = checked.get("cells", {})
         flags += [str(f) for f in checked.get("flags", []) if str(f) not in flags]
@@ -349,20 +377,21 @@ def run_job(spec_path: str) -> None:
 
     flags: list[str] = fallback_flags(log)  # a kernel launched the usual way
     reason = None
-    scores, outputs, notes, timeouts = {}, {}, [], set()
+    scores, outputs, notes, timeouts, slow = {}, {}, [], set(), set()
     if code == "timeout":
         reason = (
             f"timeout: nbgrader autograde ran past the wall-clock cap ({spec['wall_seconds']:g} s)"
         )
     else:
         try:
-            scores, outputs, notes, timeouts = read_results(course, spec)
+            scores, outputs, notes, timeouts, slow = read_results(course, spec)
         except Exception as error:  # nothing usable: say why, as precisely as the log allows
             reason = failure_reason(code, log, error)
     clock.lap("results")
     if reason is None:
         remaining = budget - (time.monotonic() - start) - 5
-        verdicts, withheld = recheck(course, spec, remaining, notes, flags, timeouts)
+        failed = {gid for gid, score in scores.items() if score <= 0}
+        verdicts, withheld = recheck(course, spec, remaining, notes, flags, timeouts, slow, failed)
         clock.lap("recheck")
         record = graded_record(spec, scores, outputs, notes, flags, verdicts, withheld)
     else:

@@ -10,14 +10,15 @@ never runs in a process where student code ran:
   ``transformer_lab.check``: every check, its cases, the reference, the tolerances and the mistake
   catalogue run here, in a process that never executes student code;
 - a CHILD process (quick and grading mode, one thread, a time limit, a memory limit) executes the
-  student's code cells in order, like nbgrader (a cell's error is recorded and the next runs);
+  student's code cells in order, like nbgrader (a cell's error is recorded and the next runs), up
+  to the last test cell (the cells after it ran after every test in nbgrader's run too);
 - each name a test cell passes to a check (``scaled_dot_product_attention``, ``SelfAttention``,
   ``alpha_22``, ...) becomes a stand-in here: calling it sends the call's inputs to the child,
   which calls the student's object on them (a module class is constructed there; its weights are
   the ones the check loads into the stand-in) and sends back outputs, later the gradients (an
-  autograd function ties both ends together), as tensors and plain numbers only; this side loads
-  them with ``torch.load(weights_only=True)`` and validates their types. A value (``alpha_22``)
-  comes back as data;
+  autograd function ties both ends together), as tensors and plain numbers only; this side reads
+  them as JSON and raw tensor bytes (`verify_wire.unpack_reply`), nothing that runs code. A
+  value (``alpha_22``) comes back as data;
 - while the student's code runs in the child, the exercise's forbidden built-ins and reference
   raise, as in the notebook, and a profiler watches for calls of them through aliases the
   student kept, and for a copy of the reference's code: such a call refuses the cell with a
@@ -58,6 +59,7 @@ import torch
 
 from ..notebook_setup import SETUP_ID
 from .cell_limits import RECHECK, TimeoutBudget
+from .cell_needs import cells_the_tests_need
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
 from .sandbox import GRADING_FLAG
 from .verify_child import CELL_TIMED_OUT
@@ -150,6 +152,23 @@ def student_code_cells(nb: dict, test_ids, course_code: str | None = None) -> li
     return out
 
 
+def up_to_the_last_test(nb: dict, code: list, test_ids) -> list[tuple[int, str]]:
+    """The student's cells up to the submission's last graded test cell: nbgrader ran every test
+    before the cells after it, so those cannot have changed any of its verdicts, and the re-check
+    (which only ever takes nbgrader's points away) needs them no more (lessons 09 and 10 train a
+    model there). Every cell when a released test is not in the submission."""
+    where = {}
+    for i, cell in enumerate(nb["cells"]):
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            gid = nbgrader_meta(cell).get("grade_id")
+            if gid in test_ids:
+                where[gid] = i
+    if set(where) != set(test_ids):
+        return list(code)
+    last = max(where.values())
+    return [(i, src) for i, src in code if i < last]
+
+
 # ==============================================================================================
 # verify
 
@@ -181,6 +200,8 @@ def verify(
     kernel_timeouts=(),
     settled=(),
     fork: bool = False,
+    slow_cells=(),
+    kernel_failed=(),
 ) -> dict:
     """Re-check every graded cell of `notebook` where its code cannot touch the judge.
 
@@ -197,12 +218,16 @@ def verify(
     re-check can only confirm: it never gives points); fork: make the
     children by forking this process (which must have imported torch and the checks and run no
     thread: the grading job) instead of starting `python -I` (which imports them again in every
-    child).
+    child); slow_cells: ids of the submission's cells that took over a second in nbgrader's run:
+    those no test needs are left out at first (`cell_needs`); kernel_failed: grade ids of
+    tests with 0 points in nbgrader's run (a test that fails without those cells runs again
+    with them, unless it is one of these).
 
     Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str],
     "seconds": {grade_id: wall-clock seconds of each test run here}}.
     """
     course, workdir = Path(course), Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)  # before a child is forked into it
     tests = released_test_cells(course, lesson)
     try:
         nb = _read_json_notebook(Path(notebook))
@@ -210,7 +235,8 @@ def verify(
         cells = {gid: {"passed": False, "message": str(err)} for gid in tests}
         return {"cells": cells, "flags": []}
     code = student_code_cells(nb, set(tests), released_setup_source(course, lesson))
-    flags = source_flags(code)
+    flags = source_flags(code)  # every cell's
+    code = up_to_the_last_test(nb, code, set(tests))
     # Import every check (and what they use) before the child runs a line of student code, so
     # nothing the child writes on disk can change the judge.
     importlib.import_module("transformer_lab.check")
@@ -219,11 +245,24 @@ def verify(
     limits = RecheckLimits(nb, cell_limits, cell_timeout, kernel_timeouts)
     settled_tests = {gid: {"passed": False, "message": NOT_RECHECKED} for gid in settled}
     tests_to_run = {gid: src for gid, src in tests.items() if gid not in settled_tests}
+    slow = {
+        i for i, c in enumerate(nb["cells"]) if isinstance(c, dict) and c.get("id") in slow_cells
+    }
+    first = cells_the_tests_need(code, list(tests_to_run.values()), slow)
     deadline = time.monotonic() + timeout
     seconds: dict[str, float] = {}
     with _grading_mode():  # never save into a student package from here
         ran, sessions = _run_tests(
-            tests_to_run, code, workdir, deadline, memory, limits, fork, seconds
+            tests_to_run,
+            code,
+            workdir,
+            deadline,
+            memory,
+            limits,
+            fork,
+            seconds,
+            first=first,
+            kernel_failed=set(kernel_failed),
         )
     cells = {gid: ran.get(gid) or settled_tests[gid] for gid in tests}
     for each in sessions:
@@ -308,46 +347,103 @@ SHORTENED = (
 
 
 def _run_tests(
-    tests: dict, code: list, workdir: Path, deadline: float, memory, limits, fork, seconds=None
+    tests: dict,
+    code: list,
+    workdir: Path,
+    deadline: float,
+    memory,
+    limits,
+    fork,
+    seconds=None,
+    first: list | None = None,
+    kernel_failed=(),
 ):
     """Every test cell against one child running the student's cells; a test that ran past its
     own time limit (an endless loop in one graded function) gets the next tests a fresh child,
     so one loop costs one exercise, not all. Returns (verdicts, every session used); `seconds`
     gets each test's wall-clock time.
 
-    With `fork`, every child this may need (1 + MAX_RESTARTS) is forked here, before any test
-    runs: no child ever holds what the judge computed for a test; the unused ones end unused."""
-    spawner = Spawner(workdir, memory, 1 + MAX_RESTARTS) if fork else None
+    `first`: the cells the tests need (`cell_needs`), run instead of all of `code` at first. A
+    test that fails against them runs again against a child running all of `code`, so leaving a
+    cell out never costs a point; not a test that ran past its limit (the same loop would run
+    again), nor one in `kernel_failed` (0 points in nbgrader's run: nothing to take away).
 
-    def start() -> Session:
-        spec = limits.child_spec(code)
-        session = Session(
-            spec["cells"], workdir, deadline, memory, None, spawn=spawner, budget=spec["budget"]
-        )
-        limits.learn_from_child(code, session.cell_errors)
-        return session
-
+    With `fork`, every child this may need (1 + MAX_RESTARTS, and one for all of `code`) is
+    forked here, before any test runs: no child ever holds what the judge computed for a test;
+    the unused ones end unused."""
+    first = code if first is None or len(first) == len(code) else first
+    spawner = Spawner(workdir, memory, 1 + MAX_RESTARTS + (first is not code)) if fork else None
+    children = _Children(workdir, deadline, memory, limits, spawner)
     cells: dict[str, dict] = {}
-    session, sessions, restarts = None, [], 0
+    timed_out: set[str] = set()
     try:
-        session = start()
-        for gid, src in tests.items():
-            if session.dead and session.test_timed_out and restarts < MAX_RESTARTS:
-                sessions.append(session)
-                session, restarts = start(), restarts + 1
-            if session.dead:
-                cells[gid] = {"passed": False, "message": session.dead}
-                continue
-            started = time.monotonic()
-            cells[gid] = _run_limited_test(session, limits, gid, src, deadline)
-            if seconds is not None:
-                seconds[gid] = round(time.monotonic() - started, 3)
+        children.run(first, tests, cells, timed_out, seconds)
+        again = {
+            gid: src
+            for gid, src in tests.items()
+            if first is not code
+            and not cells[gid]["passed"]
+            and gid not in timed_out
+            and gid not in kernel_failed
+        }
+        if again:
+            children.run(code, again, cells, timed_out, seconds)
     finally:
-        if session is not None:
-            session.close()
+        children.close()
         if spawner is not None:
             spawner.close()
-    return cells, [*sessions, session]
+    return cells, children.sessions
+
+
+class _Children:
+    """The re-check's children, one at a time: a fresh one after a test ran past its limit (at
+    most MAX_RESTARTS of those), or for other cells."""
+
+    def __init__(self, workdir: Path, deadline: float, memory, limits, spawner):
+        self.workdir, self.deadline, self.memory = workdir, deadline, memory
+        self.limits, self.spawner = limits, spawner
+        self.sessions: list[Session] = []
+        self.restarts = 0
+
+    def start(self, code: list) -> Session:
+        spec = self.limits.child_spec(code)
+        session = Session(
+            spec["cells"],
+            self.workdir,
+            self.deadline,
+            self.memory,
+            None,
+            spawn=self.spawner,
+            budget=spec["budget"],
+        )
+        self.limits.learn_from_child(code, session.cell_errors)
+        self.sessions.append(session)
+        return session
+
+    def run(self, code: list, tests: dict, cells: dict, timed_out: set, seconds) -> None:
+        if self.sessions:
+            self.sessions[-1].close()
+        session = self.start(code)
+        for gid, src in tests.items():
+            if session.dead and session.test_timed_out and self.restarts < MAX_RESTARTS:
+                session.close()
+                session = self.start(code)
+                self.restarts += 1
+            if session.dead:
+                cells[gid] = {"passed": False, "message": session.dead}
+                if session.test_timed_out:  # no child left after loops: not run, not again
+                    timed_out.add(gid)
+                continue
+            started = time.monotonic()
+            cells[gid] = _run_limited_test(session, self.limits, gid, src, self.deadline)
+            if session.test_timed_out:
+                timed_out.add(gid)
+            if seconds is not None:
+                seconds[gid] = round(time.monotonic() - started, 3)
+
+    def close(self) -> None:
+        if self.sessions:
+            self.sessions[-1].close()
 
 
 def _run_limited_test(session: Session, limits, gid: str, src: str, deadline: float) -> dict:

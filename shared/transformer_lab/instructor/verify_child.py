@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import io
 import json
 import os
 import signal
@@ -28,7 +27,9 @@ from .verify_wire import (
     MAX_TEXT,
     OBJECT_MARK,
     TENSOR_MARK,
+    pack_reply,
     read_message,
+    unpack_request,
     write_message,
 )
 
@@ -336,13 +337,11 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
     torch.set_num_threads(1)
     spec = json.loads(Path(cells_file).read_text())
     trusted = capture(check)
-    save, bytes_io, write = torch.save, io.BytesIO, write_message
+    pack, unpack, write = pack_reply, unpack_request, write_message
     forbid = check.forbid
 
     def send(obj):
-        buf = bytes_io()
-        save(obj, buf)
-        write(fd_out, buf.getvalue())
+        write(fd_out, pack(obj))
 
     ns, errors = run_cells(spec)
     send({"op": "ready", "cell_errors": errors})
@@ -352,7 +351,7 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
             data = read_message(fd_in, None, limit=1 << 34)
         except (EOFError, OSError):
             return
-        req = torch.load(io.BytesIO(data), weights_only=False)  # from the trusted parent
+        req = unpack(data)  # from the trusted parent
         try:
             reply = answers.handle(req)
         except BaseException as err:  # noqa: BLE001 - the student's code raised

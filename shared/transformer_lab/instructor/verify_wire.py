@@ -1,20 +1,27 @@
 """The re-check's wire: length-prefixed messages over two pipes between the trusted parent
 (`verify`) and the child that runs the student's code (`verify_child`), and what a message may hold.
 
-Messages are ``torch.save`` payloads. The parent reads the child's with
-``torch.load(weights_only=True)`` and then ``validate_reply``: plain data only.
+A message is a frame: its tensors' descriptions (JSON: dtype, shape, device), its body, then the
+tensors' bytes. The parent's requests have a pickled body (`pack_request`: the child trusts its
+parent, and a check's arguments may be any object); the child's replies a JSON body
+(`pack_reply`), which the parent reads with `unpack_reply`: plain data only (tensors, numbers,
+strings, None, lists, tuples, dicts with string keys), nothing that runs code on this side.
+Much faster than ``torch.save``/``torch.load(weights_only=True)``, which cost ~1 ms a call on
+both sides (`benchmarks/RESULTS.md` §22).
 """
 
 from __future__ import annotations
 
-import io
+import json
+import math
 import os
+import pickle
+import re
 import select
 import struct
 import time
 
 import torch
-from torch import nn
 
 MAX_MESSAGE = 512 * 2**20  # bytes a reply from the child may have
 MAX_TEXT = 4000
@@ -76,29 +83,191 @@ def read_message(fd: int, deadline: float | None, limit: int = MAX_MESSAGE) -> b
     return _read_exact(fd, n, deadline)
 
 
-def dumps(obj) -> bytes:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+# ----------------------------------------------------------------------------------------------
+# Frames: [u32 n][tensor descriptions, JSON][u32 m][body][each tensor's bytes, 16-byte aligned]
+
+DTYPES = {
+    name: getattr(torch, name)
+    for name in (
+        "float64",
+        "float32",
+        "float16",
+        "bfloat16",
+        "complex128",
+        "complex64",
+        "int64",
+        "int32",
+        "int16",
+        "int8",
+        "uint64",
+        "uint32",
+        "uint16",
+        "uint8",
+        "bool",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
+_ITEMSIZE = {name: torch.empty((), dtype=d).element_size() for name, d in DTYPES.items()}
+_DEVICE = re.compile(r"(cpu|cuda|mps)(:\d{1,3})?")
+_ALIGN = 16
 
 
-def validate_reply(obj, depth: int = 0):
-    """Only plain data from the child: tensors (strided, CPU or accelerator), numbers, strings,
-    None, and lists/tuples/dicts (str keys) of those. Anything else raises ValueError."""
-    if depth > 20:
+def _raw(t: torch.Tensor):
+    """A tensor -> (its description, its bytes as a flat uint8 tensor on the CPU); TypeError if it
+    cannot travel (a sparse, quantized or nested tensor, an unusual dtype)."""
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in DTYPES or t.layout != torch.strided or t.is_quantized or t.is_nested:
+        raise TypeError(f"a {t.dtype} tensor with layout {t.layout} cannot be sent")
+    meta = [name, list(t.shape), str(t.device)]
+    t = t.detach()
+    if type(t) is not torch.Tensor:
+        t = t.as_subclass(torch.Tensor)
+    flat = t.resolve_conj().resolve_neg().cpu().contiguous().reshape(-1)
+    return meta, flat.view(torch.uint8)
+
+
+def _frame(body: bytes, tensors: list) -> bytes:
+    described, blobs = [], []
+    for t in tensors:
+        meta, data = _raw(t)
+        described.append(meta)
+        blobs.append(data)
+    head = json.dumps(described).encode()
+    parts = [struct.pack(">I", len(head)), head, struct.pack(">I", len(body)), body]
+    offset = sum(len(p) for p in parts)
+    for data in blobs:
+        pad = -offset % _ALIGN
+        parts += [b"\0" * pad, data.numpy().tobytes()]
+        offset += pad + data.numel()
+    return b"".join(parts)
+
+
+def _unframe(data) -> tuple[bytes, list]:
+    """A frame -> (its body, its tensors). ValueError/TypeError for anything malformed."""
+    buf = data if isinstance(data, bytearray) else bytearray(data)
+    (n,) = struct.unpack_from(">I", buf, 0)
+    described = json.loads(bytes(buf[4 : 4 + n]))
+    (m,) = struct.unpack_from(">I", buf, 4 + n)
+    body_start = 8 + n
+    body = bytes(buf[body_start : body_start + m])
+    if len(body) != m or type(described) is not list:
+        raise ValueError("a truncated frame")
+    offset, tensors = body_start + m, []
+    for meta in described:
+        if type(meta) is not list or len(meta) != 3:
+            raise ValueError("a malformed tensor description")
+        name, shape, device = meta
+        if type(name) is not str or name not in DTYPES:
+            raise ValueError(f"an unexpected tensor dtype {str(name)[:40]!r}")
+        if type(shape) is not list or len(shape) > 32:
+            raise ValueError("a malformed tensor shape")
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError("a malformed tensor shape")
+        if type(device) is not str or not _DEVICE.fullmatch(device):
+            raise ValueError(f"a tensor on device {str(device)[:40]!r}")
+        dtype = DTYPES[name]
+        nbytes = math.prod(shape) * _ITEMSIZE[name]
+        offset += -offset % _ALIGN
+        if offset + nbytes > len(buf):
+            raise ValueError("a tensor larger than the message")
+        if nbytes:
+            flat = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes, offset=offset).clone()
+            t = flat.view(dtype).reshape(shape)
+        else:
+            t = torch.empty(shape, dtype=dtype)
+        if device != "cpu":
+            t = t.to(device)
+        tensors.append(t)
+        offset += nbytes
+    return body, tensors
+
+
+# ----------------------------------------------------------------------------------------------
+# Requests (the trusted parent -> the child): a pickle whose tensors travel as bytes.
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, tensors: list):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors = tensors
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor):
+            self.tensors.append(obj)
+            return len(self.tensors) - 1
+        return None
+
+
+def pack_request(obj) -> bytes:
+    """The parent's request -> a frame (raises for an argument that cannot be pickled)."""
+    import io
+
+    buf, tensors = io.BytesIO(), []
+    _Pickler(buf, tensors).dump(obj)
+    return _frame(buf.getvalue(), tensors)
+
+
+def unpack_request(data):
+    """In the child: a request frame -> the request (from the trusted parent only)."""
+    import io
+
+    body, tensors = _unframe(data)
+    unpickler = pickle.Unpickler(io.BytesIO(body))
+    unpickler.persistent_load = tensors.__getitem__
+    return unpickler.load()
+
+
+# ----------------------------------------------------------------------------------------------
+# Replies (the child -> the parent): JSON whose objects are all tags, so nothing is ambiguous:
+# {"t": i} the i-th tensor, {"u": [...]} a tuple, {"d": [[key, value], ...]} a dict.
+
+
+def _tagged(obj, tensors: list, depth: int = 0):
+    if depth > 64:
         raise ValueError("data nested too deeply")
     if obj is None or type(obj) in (bool, int, float, str):
         return obj
     if isinstance(obj, torch.Tensor):
-        if type(obj) not in (torch.Tensor, nn.Parameter) or obj.layout != torch.strided:
-            raise ValueError(f"an unexpected tensor type {type(obj).__name__} / {obj.layout}")
-        if obj.device.type not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"a tensor on device {obj.device}")
-        return obj.detach()
-    if type(obj) in (list, tuple):
-        return type(obj)(validate_reply(x, depth + 1) for x in obj)
+        tensors.append(obj)
+        return {"t": len(tensors) - 1}
+    if type(obj) is list:
+        return [_tagged(x, tensors, depth + 1) for x in obj]
+    if type(obj) is tuple:
+        return {"u": [_tagged(x, tensors, depth + 1) for x in obj]}
     if type(obj) is dict:
         if not all(type(k) is str for k in obj):
-            raise ValueError("a dict with non-string keys")
-        return {k: validate_reply(v, depth + 1) for k, v in obj.items()}
-    raise ValueError(f"an unexpected {type(obj).__name__}")
+            raise TypeError("a dict with non-string keys")
+        return {"d": [[k, _tagged(v, tensors, depth + 1)] for k, v in obj.items()]}
+    raise TypeError(f"an unexpected {type(obj).__name__}")
+
+
+def pack_reply(obj) -> bytes:
+    """In the child: plain data -> a frame (TypeError/ValueError for anything else)."""
+    tensors: list = []
+    body = json.dumps(_tagged(obj, tensors), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return _frame(body, tensors)
+
+
+def unpack_reply(data):
+    """In the parent: a frame from the child -> plain data only: tensors (strided, on the CPU or
+    an accelerator), numbers, strings, None, and lists/tuples/dicts (str keys) of those.
+    Anything else raises ValueError (or TypeError)."""
+    body, tensors = _unframe(data)
+
+    def tag(obj: dict):
+        if len(obj) != 1:
+            raise ValueError("a malformed reply")
+        ((key, value),) = obj.items()
+        if key == "t" and type(value) is int and 0 <= value < len(tensors):
+            return tensors[value]
+        if key == "u" and type(value) is list:
+            return tuple(value)
+        if key == "d" and type(value) is list:
+            if not all(type(p) is list and len(p) == 2 and type(p[0]) is str for p in value):
+                raise ValueError("a malformed dict")
+            return dict(value)
+        raise ValueError("a malformed reply")
+
+    return json.loads(body.decode("utf-8", "surrogatepass"), object_hook=tag)

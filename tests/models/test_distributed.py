@@ -8,6 +8,7 @@ plausible mistake, run the same way and must NOT match: every rank training on t
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,11 +23,40 @@ LOSS_TOL = 1e-5  # float32, additions in another order
 GRAD_TOL = {"atol": 1e-6, "rtol": 1e-4}
 
 
+# gloo on loopback can abort a process (SIGABRT from its C++ transport) when a connection breaks
+# on a loaded machine, not because of the code under test: seen once, in a fresh clone's
+# `make test` on 2 busy cores (rank 1 exited -6 in the `every-rank-same-rows` mutant; 20 runs of
+# it beside two CPU burners, and the file alone, did not repeat it). Such a run is started again
+# once, and a second abort fails the test with the processes' error lines.
+ABORTED = re.compile(r"exit ?code\s*:?\s*-6\b|SIGABRT|terminate called|gloo::IoException")
+
+
+def _aborted(output: str) -> bool:
+    return ABORTED.search(output) is not None
+
+
+def _error_lines(output: str) -> str:
+    """The lines that say what went wrong, then the end of the output."""
+    marks = ("Error", "error", "what()", "terminate", "Traceback", "exitcode")
+    lines = [line for line in output.splitlines() if any(m in line for m in marks)]
+    return "\n".join(lines[:40]) + "\n...\n" + output[-2000:]
+
+
+def _launch(nproc: int, out, **kwargs) -> dict:
+    try:
+        return dist_train.launch(nproc, out, CFG, **kwargs)
+    except RuntimeError as error:
+        if not _aborted(str(error)):
+            raise
+        print(f"gloo aborted a process; running again once:\n{_error_lines(str(error))}")
+        return dist_train.launch(nproc, out, CFG, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp")
-    one = dist_train.launch(1, folder / "one.json", CFG, grad_file=str(folder / "g1.pt"))
-    two = dist_train.launch(2, folder / "two.json", CFG, grad_file=str(folder / "g2.pt"))
+    one = _launch(1, folder / "one.json", grad_file=str(folder / "g1.pt"))
+    two = _launch(2, folder / "two.json", grad_file=str(folder / "g2.pt"))
     grads = torch.load(folder / "g1.pt"), torch.load(folder / "g2.pt")
     return one, two, grads
 
@@ -49,7 +79,10 @@ def _mutant_run(tmp_path, patch: str) -> dict:
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc_per_node=2", str(script), "--out", str(out), *args]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-2000:]
+    if done.returncode != 0 and _aborted(done.stdout + done.stderr):
+        print(f"gloo aborted a process; running again once:\n{_error_lines(done.stderr)}")
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, _error_lines(done.stdout + done.stderr)
     import json
 
     return json.loads(out.read_text())

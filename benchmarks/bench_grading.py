@@ -53,6 +53,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from transformer_lab.instructor import grade, nbgrader_app, sandbox  # noqa: E402
 
 
+def _table(*columns: str) -> None:
+    """A Markdown table's header and its rule."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 def _machine() -> str:
     """The load, the cores and the sandbox, for the first line of a table."""
     return (
@@ -92,8 +98,7 @@ def per_lesson() -> None:
     notebook, and the projection for 300 students x every lesson from the measured costs."""
     lessons = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
     print(f"{len(lessons)} lessons, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
-    print("| lesson | wall (s) | CPU (s) | full marks |")
-    print("|---|---|---|---|")
+    _table("lesson", "wall (s)", "CPU (s)", "full marks")
     total_cpu = 0.0
     for lesson in lessons:
         r = one_round(lesson, 1, 1)
@@ -337,10 +342,15 @@ def many_cores_and_machines(lesson: str, students: int) -> None:
         graded_round(lesson, students, jobs=2),
         graded_round(lesson, students, workers=2),
     ]
-    print(
-        "| run | students | wall (s) | CPU (s) | wall per student (s) | speed-up over --jobs 1 | scores |"
+    _table(
+        "run",
+        "students",
+        "wall (s)",
+        "CPU (s)",
+        "wall per student (s)",
+        "speed-up over --jobs 1",
+        "scores",
     )
-    print("|---|---|---|---|---|---|---|")
     for r in rounds:
         print(
             f"| {r['name']} | {r['n']} | {r['wall']:.1f} | {r['cpu']:.1f} | "
@@ -412,11 +422,16 @@ def cost(lessons: list[str]) -> None:
     import nbformat
 
     print(_machine())
-    print(
-        "| lesson | plain wall (s) | plain CPU (s) | graded wall (s) | graded CPU (s) "
-        "| ratio wall | ratio CPU | score |"
+    _table(
+        "lesson",
+        "plain wall (s)",
+        "plain CPU (s)",
+        "graded wall (s)",
+        "graded CPU (s)",
+        "ratio wall",
+        "ratio CPU",
+        "score",
     )
-    print("|---|---|---|---|---|---|---|---|")
     for lesson in lessons:
         with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
             tmp = Path(tmp)
@@ -523,8 +538,7 @@ def breakdown(lesson: str) -> None:
                 rows.append((label, job[key], job_cpu.get(key)))
         rest = wall - record["seconds"]
         rows.append(("  outside the job: records, CSV, gradebook merge", rest, None))
-    print("| part | wall (s) | CPU (s) |")
-    print("|---|---|---|")
+    _table("part", "wall (s)", "CPU (s)")
     for label, wall, cpu in rows:
         print(f"| {label} | {wall:.2f} | {'' if cpu is None else f'{cpu:.2f}'} |")
 
@@ -559,8 +573,7 @@ def hang(lesson: str) -> None:
         f"loops in graded code ({looped})": looping_function,
     }
     print(f"lesson {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
-    print("| student | wall (s) | CPU (s) | score | reason |")
-    print("|---|---|---|---|---|")
+    _table("student", "wall (s)", "CPU (s)", "score", "reason")
     with tempfile.TemporaryDirectory(prefix="bench-hang-") as tmp:
         tmp = Path(tmp)
         course = _prepared_course(tmp, lesson)
@@ -605,8 +618,7 @@ def hang_budget(lesson: str) -> None:
             looped = grade_id
             break
     print(f"lesson {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
-    print("| student | limits | wall (s) | CPU (s) | score | reason |")
-    print("|---|---|---|---|---|---|")
+    _table("student", "limits", "wall (s)", "CPU (s)", "score", "reason")
     budgeted = grade.Grader._derive_limits
     with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
         tmp = Path(tmp)
@@ -652,11 +664,15 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
     merge alone, for class sizes where the old one would take an hour)."""
     oracle = _merge_oracle()
     print(f"{students} records of {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
-    print(
-        "| round | record by record: wall (s) | CPU (s) | one pass: wall (s) | CPU (s) "
-        "| speed-up (wall) | same rows |"
+    _table(
+        "round",
+        "record by record: wall (s)",
+        "CPU (s)",
+        "one pass: wall (s)",
+        "CPU (s)",
+        "speed-up (wall)",
+        "same rows",
     )
-    print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
         tmp = Path(tmp)
         course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
@@ -696,12 +712,17 @@ def fork_cost(lessons: list[str]) -> None:
     from transformer_lab.instructor import kernel_fork
 
     print(_machine())
-    print(
-        "| lesson | plain wall / CPU (s) | graded, launched kernel: wall / CPU (s) "
-        "| graded, forked kernel: wall / CPU (s) | ratio CPU launched | ratio CPU forked "
-        "| job's autograde phase CPU (s) launched → forked | job's imports CPU (s) | scores |"
+    _table(
+        "lesson",
+        "plain wall / CPU (s)",
+        "graded, launched kernel: wall / CPU (s)",
+        "graded, forked kernel: wall / CPU (s)",
+        "ratio CPU launched",
+        "ratio CPU forked",
+        "job's autograde phase CPU (s) launched → forked",
+        "job's imports CPU (s)",
+        "scores",
     )
-    print("|---|---|---|---|---|---|---|---|---|")
     real_env = grade._env
     for lesson in lessons:
         with tempfile.TemporaryDirectory(prefix="bench-fork-") as tmp:
@@ -738,12 +759,16 @@ def worker_cost(lessons: list[str], students: int) -> None:
     nbclient execution of the notebook; per-run caches warm as in a class."""
 
     print(f"{students} students a run, {_machine()}")
-    print(
-        "| lesson | worker | plain CPU (s, median of 3) | graded wall / notebook (s) "
-        "| graded CPU / notebook (s) "
-        "| ratio CPU | job imports CPU (s, mean) | full marks |"
+    _table(
+        "lesson",
+        "worker",
+        "plain CPU (s, median of 3)",
+        "graded wall / notebook (s)",
+        "graded CPU / notebook (s)",
+        "ratio CPU",
+        "job imports CPU (s, mean)",
+        "full marks",
     )
-    print("|---|---|---|---|---|---|---|---|")
     for lesson in lessons:
         with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
             tmp = Path(tmp)
@@ -774,11 +799,16 @@ def marginal_cost(lessons: list[str], students: int) -> None:
     class is the run's own cost (the worker's start and imports, the reference times' check, the
     CSV, the merge's nbgrader import), paid once however large the class."""
     print(f"classes of {students} and {2 * students}, {_machine()}")
-    print(
-        "| lesson | plain CPU (s, median of 3) | class of n: CPU (s) | class of 2n: CPU (s) "
-        "| **one more notebook: CPU (s)** | per run: CPU (s) | **ratio** | full marks |"
+    _table(
+        "lesson",
+        "plain CPU (s, median of 3)",
+        "class of n: CPU (s)",
+        "class of 2n: CPU (s)",
+        "**one more notebook: CPU (s)**",
+        "per run: CPU (s)",
+        "**ratio**",
+        "full marks",
     )
-    print("|---|---|---|---|---|---|---|---|")
     for lesson in lessons:
         with tempfile.TemporaryDirectory(prefix="bench-marginal-") as tmp:
             tmp = Path(tmp)
@@ -870,8 +900,7 @@ def wire_cost(calls: int = 2000) -> None:
     small = (torch.randn(8, 16), torch.Generator().manual_seed(0))
     large = (torch.randn(64, 128, 64),)
     print(f"{calls} small and {calls // 20} large calls each, {_machine()}")
-    print("| wire | small call: wall (ms) | parent CPU (ms) | large call: wall (ms) |")
-    print("|---|---|---|---|")
+    _table("wire", "small call: wall (ms)", "parent CPU (ms)", "large call: wall (ms)")
     rows = {}
     saved: dict = {}
     for label in ("torch.save / torch.load (before)", "frames: JSON or pickle + raw bytes (now)"):
@@ -916,19 +945,23 @@ def _slow_cell_ids(course: Path, lesson: str) -> set[str]:
 def recheck_ab(lessons: list[str]) -> None:
     """The clean re-check of each lesson's solution alone (`verify`, forked children, as in a
     grading job), three ways side by side in one run: as before §22 (the torch.save wire, every
-    student cell); the new wire; the new wire and only the cells the re-check needs (up to the
-    last test; the slow cells no test needs left out, slow from the reference run's times)."""
+    student cell); the new wire and the cells up to the last test; and also the slow cells no
+    test needs left out (slow from the reference run's times)."""
     import importlib
 
     from transformer_lab.instructor import verify
 
     importlib.import_module("transformer_lab.check")
     print(f"{_machine()}")
-    print(
-        "| lesson | before: CPU (s) | new wire: CPU (s) | new wire + cells needed: CPU (s) "
-        "| ratio (before / now) | cells left out | passed |"
+    _table(
+        "lesson",
+        "before: CPU (s)",
+        "new wire, up to the last test: CPU (s)",
+        "+ slow cells no test needs left out: CPU (s)",
+        "ratio (before / now)",
+        "cells left out",
+        "passed",
     )
-    print("|---|---|---|---|---|---|---|")
     for lesson in lessons:
         with tempfile.TemporaryDirectory(prefix="bench-recheck-") as tmp:
             tmp = Path(tmp)
@@ -936,7 +969,7 @@ def recheck_ab(lessons: list[str]) -> None:
             slow = _slow_cell_ids(course, lesson)
             notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
             saved: dict = {}
-            cpu, passed, left_out = [], [], ""
+            cpu, passed = [], []
             for way in ("before", "wire", "now"):
                 kwargs = {"course": REPO, "timeout": 900, "memory": None, "fork": True}
                 if way == "before":
@@ -945,25 +978,17 @@ def recheck_ab(lessons: list[str]) -> None:
                     verify.up_to_the_last_test = lambda nb, code, ids: list(code)
                 if way == "now":
                     kwargs["slow_cells"] = slow
-                    nb = verify._read_json_notebook(notebook)
-                    tests = verify.released_test_cells(REPO, lesson)
-                    code = verify.student_code_cells(nb, set(tests))
-                    kept = verify.up_to_the_last_test(nb, code, set(tests))
-                    index = {c.get("id"): i for i, c in enumerate(nb["cells"])}
-                    first = verify.cells_the_tests_need(
-                        kept, list(tests.values()), {index[i] for i in slow if i in index}
-                    )
-                    left_out = f"{len(code) - len(first)} of {len(code)}"
                 try:
                     got, _, c = _timed(verify.verify, lesson, notebook, tmp / way, **kwargs)
                 finally:
                     _restore(saved)
                 cpu.append(c)
                 passed.append(sum(v["passed"] for v in got["cells"].values()))
+            left_out = got["left_out"]  # the last way's
             n = len(verify.released_test_cells(REPO, lesson))
             print(
                 f"| {lesson} | {cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[2]:.2f} | {cpu[0] / cpu[2]:.1f} "
-                f"| {left_out} | {'/'.join(str(p) for p in passed)} of {n} |",
+                f"| {len(left_out['cells'])} of {left_out['of']} | {'/'.join(str(p) for p in passed)} of {n} |",
                 flush=True,
             )
 
@@ -1051,8 +1076,7 @@ def main() -> None:
         return
     print(f"lesson {args.lesson}, {args.students} students, {_machine()}")
     rounds = [one_round(args.lesson, args.students, jobs) for jobs in (1, 2)]
-    print("| jobs | students | wall (s) | CPU (s) | wall per student (s) | full marks |")
-    print("|---|---|---|---|---|---|")
+    _table("jobs", "students", "wall (s)", "CPU (s)", "wall per student (s)", "full marks")
     for r in rounds:
         print(
             f"| {r['jobs']} | {r['n']} | {r['wall']:.1f} | {r['cpu']:.1f} | "

@@ -238,24 +238,14 @@ class _Cell(ast.NodeVisitor):
 
     visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
 
-    def visit_MatchAs(self, node) -> None:
-        if node.name:
-            self._bind(node.name)
-        self.generic_visit(node)
-
-    def visit_MatchStar(self, node) -> None:
-        if node.name:
-            self._bind(node.name)
-
-    def visit_MatchMapping(self, node) -> None:
-        if node.rest:
-            self._bind(node.rest)
-        self.generic_visit(node)
-
     def visit_ExceptHandler(self, node) -> None:
-        if node.name:
-            self._bind(node.name)
+        """``except E as name``, and a pattern's ``case x``, ``case [*rest]``, ``{**rest}``."""
+        name = getattr(node, "name", None) or getattr(node, "rest", None)
+        if name:
+            self._bind(name)
         self.generic_visit(node)
+
+    visit_MatchAs = visit_MatchStar = visit_MatchMapping = visit_ExceptHandler
 
 
 def _names(source: str) -> _Cell:

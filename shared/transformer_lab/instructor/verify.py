@@ -224,7 +224,8 @@ def verify(
     with them, unless it is one of these).
 
     Returns {"cells": {grade_id: {"passed": bool, "message": str}}, "flags": [str],
-    "seconds": {grade_id: wall-clock seconds of each test run here}}.
+    "seconds": {grade_id: wall-clock seconds of each test run here}, "left_out": {"cells": the
+    indices of the student's cells the first child did not run, "of": how many there are}}.
     """
     course, workdir = Path(course), Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)  # before a child is forked into it
@@ -236,6 +237,7 @@ def verify(
         return {"cells": cells, "flags": []}
     code = student_code_cells(nb, set(tests), released_setup_source(course, lesson))
     flags = source_flags(code)  # every cell's
+    every = [i for i, _ in code]
     code = up_to_the_last_test(nb, code, set(tests))
     # Import every check (and what they use) before the child runs a line of student code, so
     # nothing the child writes on disk can change the judge.
@@ -267,7 +269,9 @@ def verify(
     cells = {gid: ran.get(gid) or settled_tests[gid] for gid in tests}
     for each in sessions:
         flags += [f for f in each.flags if f not in flags]
-    result = {"cells": cells, "flags": flags, "seconds": seconds}
+    ran_first = {i for i, _ in first}
+    left_out = {"cells": [i for i in every if i not in ran_first], "of": len(every)}
+    result = {"cells": cells, "flags": flags, "seconds": seconds, "left_out": left_out}
     if kernel_passed:
         result["flags"] += [f for f in tampering_flags(result, kernel_passed) if f not in flags]
     return result
@@ -421,8 +425,7 @@ class _Children:
         return session
 
     def run(self, code: list, tests: dict, cells: dict, timed_out: set, seconds) -> None:
-        if self.sessions:
-            self.sessions[-1].close()
+        self.close()
         session = self.start(code)
         for gid, src in tests.items():
             if session.dead and session.test_timed_out and self.restarts < MAX_RESTARTS:

@@ -12,6 +12,7 @@ both sides (`benchmarks/RESULTS.md` §22).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -202,8 +203,6 @@ class _Pickler(pickle.Pickler):
 
 def pack_request(obj) -> bytes:
     """The parent's request -> a frame (raises for an argument that cannot be pickled)."""
-    import io
-
     buf, tensors = io.BytesIO(), []
     _Pickler(buf, tensors).dump(obj)
     return _frame(buf.getvalue(), tensors)
@@ -211,8 +210,6 @@ def pack_request(obj) -> bytes:
 
 def unpack_request(data):
     """In the child: a request frame -> the request (from the trusted parent only)."""
-    import io
-
     body, tensors = _unframe(data)
     unpickler = pickle.Unpickler(io.BytesIO(body))
     unpickler.persistent_load = tensors.__getitem__

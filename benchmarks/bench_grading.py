@@ -63,7 +63,7 @@ def _machine() -> str:
     """The load, the cores and the sandbox, for the first line of a table."""
     return (
         f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
-        f"{sandbox.namespaces_unavailable() or 'namespaces'}"
+        f"{sandbox.box_unavailable() or 'namespaces'}"
     )
 
 

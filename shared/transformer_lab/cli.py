@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         "--wall-seconds", type=float, default=900.0, help="cap per notebook (default 900)"
     )
     p.add_argument("--cell-timeout", type=float, help="per-cell timeout (default: nbgrader_config)")
-    p.add_argument("--no-sandbox", action="store_true", help="no namespaces (rlimits only)")
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="grade without the bubblewrap box (rlimits only; every record is flagged)",
+    )
     p.add_argument(
         "--no-verify",
         action="store_true",

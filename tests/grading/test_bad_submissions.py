@@ -29,8 +29,8 @@ CELL_TIMEOUT = 60
 
 pytestmark = pytest.mark.slow
 needs_namespaces = pytest.mark.skipif(
-    sandbox.namespaces_unavailable() is not None,
-    reason=f"no namespaces here: {sandbox.namespaces_unavailable()}",
+    sandbox.box_unavailable() is not None,
+    reason=f"no bubblewrap box here: {sandbox.box_unavailable()}",
 )
 
 

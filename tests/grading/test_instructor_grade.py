@@ -40,8 +40,8 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = "99_tiny"
 NAME = f"{TINY}.ipynb"
 needs_namespaces = pytest.mark.skipif(
-    sandbox.namespaces_unavailable() is not None,
-    reason=f"no namespaces here: {sandbox.namespaces_unavailable()}",
+    sandbox.box_unavailable() is not None,
+    reason=f"no bubblewrap box here: {sandbox.box_unavailable()}",
 )
 
 
@@ -537,7 +537,7 @@ def test_the_memory_cap_applies_with_or_without_namespaces(tmp_path):
         isolate=False,
     )
     assert result.stdout.strip() == "capped"
-    assert result.warning.startswith("grading without a sandbox (isolation switched off)")
+    assert result.warning.startswith("graded without a sandbox (--no-sandbox)")
 
 
 # ----------------------------------------------------------------------------- whole runs

@@ -1,5 +1,6 @@
-"""The pre-imported grading worker (`instructor/worker.py`): a job forked from it is boxed
-exactly as a job started by `sandbox.run`, pays no imports, and never reaches the worker.
+"""The pre-imported grading worker (`instructor/worker.py`), which serves runs without a sandbox
+(--no-sandbox): a job forked from it pays no imports and never reaches the worker; it is never
+boxed (a bubblewrap box runs a program of its own: `sandbox.run`).
 
 One real worker (`python -m transformer_lab.instructor.worker`) serves most tests; the mutants
 (a child that skips the namespaces, keeps the control socket, keeps the worker's environment)
@@ -27,8 +28,8 @@ from transformer_lab.instructor import grade, job, kernel_fork, sandbox, worker
 from transformer_lab.instructor.course import PACKAGE_REPO
 
 needs_namespaces = pytest.mark.skipif(
-    sandbox.namespaces_unavailable() is not None,
-    reason=f"no namespaces here: {sandbox.namespaces_unavailable()}",
+    sandbox.box_unavailable() is not None,
+    reason=f"no bubblewrap box here: {sandbox.box_unavailable()}",
 )
 
 
@@ -48,7 +49,7 @@ def real_worker(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def forked_worker(isolate: bool = True):
+def forked_worker():
     """A worker forked from this process: what the test patched into `worker` applies there."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
@@ -56,7 +57,7 @@ def forked_worker(isolate: bool = True):
         try:
             ours.close()
             os.chdir(tempfile.mkdtemp())  # as the real one: not in the repository (its .venv)
-            worker.main(theirs.detach(), isolate)
+            worker.main(theirs.detach())
         finally:
             os._exit(0)
     theirs.close()
@@ -72,7 +73,8 @@ def forked_worker(isolate: bool = True):
 PROBE = r"""
 import json, os, socket, sys, tempfile
 from pathlib import Path
-seen = {"pid": os.getpid(), "torch imported before": "torch" in sys.modules}
+seen = {"pids": sum(p.isdigit() for p in os.listdir("/proc")),
+        "torch imported before": "torch" in sys.modules}
 links = {}  # first: the probe's own sockets below are not the job's
 for fd in os.listdir("/proc/self/fd"):
     try:
@@ -88,11 +90,8 @@ try:
     seen["course"] = "writable"
 except OSError as error:
     seen["course"] = error.errno
-try:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    socket.create_connection(server.getsockname(), timeout=2)
+try:  # a listener on the machine's loopback, outside the job
+    socket.create_connection(("127.0.0.1", int(os.environ["HOST_PORT"])), timeout=2)
     seen["loopback"] = "up"
 except OSError:
     seen["loopback"] = "down"
@@ -103,12 +102,20 @@ print(json.dumps(seen))
 """
 
 
+_LISTENERS: list[socket.socket] = []
+
+
 def _box(tmp_path: Path) -> dict:
     secret, course, job_dir = tmp_path / "secret", tmp_path / "course", tmp_path / "job"
     for folder in (secret, course, job_dir):
         folder.mkdir(parents=True)
     (secret / "answer.txt").write_text("42")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    _LISTENERS.append(listener)  # open until the tests end
     env = {"PATH": os.environ["PATH"], "SECRET": str(secret), "COURSE": str(course)}
+    env["HOST_PORT"] = str(listener.getsockname()[1])
     return dict(
         cwd=job_dir,
         env=env,
@@ -119,18 +126,18 @@ def _box(tmp_path: Path) -> dict:
     )
 
 
-def isolation_problems(result: sandbox.Result, box: dict) -> list[str]:
-    """What is wrong with a probed job's box (empty: as good as `sandbox.run`'s)."""
+def isolation_problems(result: sandbox.Result, box: dict, boxed: bool = True) -> list[str]:
+    """What is wrong with a probed job (empty: as good as `sandbox.run`'s; `boxed`: its box too)."""
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.splitlines()[-1])
     problems = []
-    if not result.isolated or seen["pid"] != 1:
-        problems.append(f"not PID 1 of its own namespace (pid {seen['pid']})")
-    if seen["hidden"]:
+    if boxed and (not result.isolated or seen["pids"] > 3):
+        problems.append(f"not in a PID namespace of its own ({seen['pids']} processes seen)")
+    if boxed and seen["hidden"]:
         problems.append(f"a hidden folder shows {seen['hidden']}")
-    if seen["course"] != 30:  # EROFS
+    if boxed and seen["course"] != 30:  # EROFS
         problems.append(f"the course is {seen['course']}")
-    if seen["loopback"] != "down":
+    if boxed and seen["loopback"] != "down":
         problems.append("the network is reachable")
     if seen["sockets"]:
         problems.append(f"socket descriptors open in the job: {seen['sockets']}")
@@ -143,49 +150,45 @@ def isolation_problems(result: sandbox.Result, box: dict) -> list[str]:
     return problems
 
 
-@needs_namespaces
-def test_a_forked_job_is_boxed_like_a_sandboxed_one_and_imported_nothing(real_worker, tmp_path):
+def test_a_forked_job_imported_nothing_and_holds_nothing_of_the_worker(real_worker, tmp_path):
     box = _box(tmp_path / "w")
     forked = real_worker.run([sys.executable, "-c", PROBE], **box)
-    assert isolation_problems(forked, box) == []
+    assert isolation_problems(forked, box, boxed=False) == []
     assert json.loads(forked.stdout)["torch imported before"] is True  # the worker's imports
-    assert forked.warning is None
-    assert (tmp_path / "w" / "secret" / "answer.txt").exists()
-    assert not (tmp_path / "w" / "course" / "new.txt").exists()
-    # the same probe, started by sandbox.run: the same box, a fresh interpreter
+    assert forked.warning.startswith("graded without a sandbox (--no-sandbox)")
+    assert isolation_problems(forked, box) != []  # and it is not boxed
+    with pytest.raises(ValueError, match="cannot be boxed"):
+        real_worker.run([sys.executable, "-c", PROBE], **box, isolate=True)
+
+
+@needs_namespaces
+def test_a_sandboxed_job_passes_every_isolation_check(tmp_path):
     box = _box(tmp_path / "s")
     fresh = sandbox.run([sys.executable, "-c", PROBE], **box)
     assert isolation_problems(fresh, box) == []
     assert json.loads(fresh.stdout)["torch imported before"] is False
+    assert (tmp_path / "s" / "secret" / "answer.txt").exists()
+    assert not (tmp_path / "s" / "course" / "new.txt").exists()
 
 
-@needs_namespaces
-@pytest.mark.parametrize(
-    "mutant, expected",
-    [
-        ("_enter_namespaces", "not PID 1"),  # the child skips unshare and the mounts
-        ("close_inherited", "socket descriptors"),  # the child keeps the control socket
-    ],
-)
-def test_mutant_children_fail_the_isolation_check(mutant, expected, tmp_path, monkeypatch):
-    monkeypatch.setattr(worker, mutant, lambda *args, **kwargs: None)
+def test_a_mutant_child_keeping_the_control_socket_fails_the_check(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "close_inherited", lambda *args, **kwargs: None)
     box = _box(tmp_path)
     with forked_worker() as broken:
         result = broken.run([sys.executable, "-c", PROBE], **box)
-    problems = isolation_problems(result, box)
-    assert any(expected in problem for problem in problems), problems
+    problems = isolation_problems(result, box, boxed=False)
+    assert any("socket descriptors" in problem for problem in problems), problems
 
 
-@needs_namespaces
-def test_the_unmutated_forked_worker_passes_the_isolation_check(tmp_path):
+def test_the_unmutated_forked_worker_passes_the_check(tmp_path):
     box = _box(tmp_path)
     with forked_worker() as fine:
         result = fine.run([sys.executable, "-c", PROBE], **box)
-    assert isolation_problems(result, box) == []
+    assert isolation_problems(result, box, boxed=False) == []
 
 
 def test_the_worker_is_single_threaded(real_worker):
-    """fork() and unshare(CLONE_NEWUSER) are only safe in a single-threaded process."""
+    """fork() is only safe in a single-threaded process."""
     assert os.listdir(f"/proc/{real_worker.pid}/task") == [str(real_worker.pid)]
 
 
@@ -281,7 +284,7 @@ def test_a_child_keeping_matplotlibs_folders_fails_the_environment_check(tmp_pat
     reads its styles, from the worker's folder)."""
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "workers-mpl"))
     monkeypatch.setattr(worker, "_matplotlib_follows_the_job", lambda: None)
-    with forked_worker(isolate=False) as broken:
+    with forked_worker() as broken:
         seen, job_dir = _environment_seen(broken, tmp_path)
     problems = _environment_problems(seen, job_dir)
     assert problems and all(p.startswith("mpl ") for p in problems), problems
@@ -290,55 +293,26 @@ def test_a_child_keeping_matplotlibs_folders_fails_the_environment_check(tmp_pat
 def test_a_child_keeping_the_workers_environment_fails_the_environment_check(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", "/var/tmp")
     monkeypatch.setattr(worker, "_as_job_environment", lambda env: None)
-    with forked_worker(isolate=False) as broken:
+    with forked_worker() as broken:
         seen, job_dir = _environment_seen(broken, tmp_path)
     assert _environment_problems(seen, job_dir) != []
 
 
-@needs_namespaces
-def test_the_wall_clock_cap_kills_the_job_and_its_daemons(real_worker, tmp_path):
-    marker = tmp_path / "job" / "alive"
+def test_the_wall_clock_cap_kills_the_job(real_worker, tmp_path):
     (tmp_path / "job").mkdir()
-    code = (
-        "import subprocess, time\n"
-        f"subprocess.Popen(['setsid', 'sh', '-c', 'sleep 4; touch {marker}'])\n"
-        "time.sleep(100)\n"
-    )
+    started = time.monotonic()
     result = real_worker.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", "import time\ntime.sleep(100)\n"],
         cwd=tmp_path / "job",
         env={"PATH": os.environ["PATH"]},
         limits=sandbox.Limits(wall_seconds=2),
         keep=tmp_path / "job",
     )
     assert result.timed_out and result.returncode is None
-    time.sleep(4)
-    assert not marker.exists()
+    assert time.monotonic() - started < 30
 
 
-@needs_namespaces
-def test_a_students_background_process_dies_with_the_job(real_worker, tmp_path):
-    marker = tmp_path / "job" / "alive"
-    (tmp_path / "job").mkdir()
-    code = (
-        f"import subprocess\nsubprocess.Popen(['setsid', 'sh', '-c', 'sleep 3; touch {marker}'])\n"
-    )
-    result = real_worker.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path / "job",
-        env={"PATH": os.environ["PATH"]},
-        limits=sandbox.Limits(wall_seconds=60),
-        keep=tmp_path / "job",
-    )
-    assert result.returncode == 0 and not result.timed_out, result.stderr
-    time.sleep(4)
-    assert not marker.exists()
-
-
-@pytest.mark.parametrize("isolate", [True, False])
-def test_exit_codes_signals_and_the_memory_cap_come_back_as_from_sandbox_run(
-    real_worker, tmp_path, isolate
-):
+def test_exit_codes_signals_and_the_memory_cap_come_back_as_from_sandbox_run(real_worker, tmp_path):
     def run(how, code, **limits):
         return how(
             [sys.executable, "-c", code],
@@ -346,19 +320,18 @@ def test_exit_codes_signals_and_the_memory_cap_come_back_as_from_sandbox_run(
             env={"PATH": os.environ["PATH"]},
             limits=sandbox.Limits(wall_seconds=60, **limits),
             keep=tmp_path,
-            isolate=isolate,
+            isolate=False,
         )
 
     for code in (
         "import sys; sys.exit(3)",
-        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",  # PID 1 ignores it
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
         "raise ValueError('boom')",
     ):
         forked, fresh = run(real_worker.run, code), run(sandbox.run, code)
         assert (forked.returncode, forked.isolated) == (fresh.returncode, fresh.isolated), code
         assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
-    if not isolate:
-        assert run(real_worker.run, "import os; os.kill(os.getpid(), 9)").returncode == -9
+    assert run(real_worker.run, "import os; os.kill(os.getpid(), 9)").returncode == -9
     capped = run(
         real_worker.run,
         "try:\n    b = bytearray(3 * 2**30)\n    print('big')\nexcept MemoryError:\n"
@@ -387,14 +360,13 @@ def _one_student(tmp_path: Path, tiny_course) -> Path:  # noqa: F811
 
 
 @pytest.mark.slow
-@needs_namespaces
-def test_a_run_forks_its_jobs_from_the_worker_or_not_when_switched_off(
+def test_an_unboxed_run_forks_its_jobs_from_the_worker_or_not_when_switched_off(
     tiny_course,  # noqa: F811
     tmp_path,
     monkeypatch,
 ):
     subs = _one_student(tmp_path, tiny_course)
-    common = dict(verify=False, quiet=True, force=True)
+    common = dict(verify=False, quiet=True, force=True, isolate=False)
     [forked] = grade.grade(tiny_course, TINY, subs, **common)
     assert forked["score"] == 3.0
     assert not any("grading worker" in flag for flag in forked["flags"])
@@ -417,21 +389,22 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
     def broken_imports(**_):
         raise ImportError("no torch here")
 
-    def start(env, cwd, isolate=True):
+    def start(env, cwd):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - a worker whose imports fail
             ours.close()
             os.chdir(tempfile.mkdtemp())
             job.trusted_imports = broken_imports
-            worker.main(theirs.detach(), isolate)
+            worker.main(theirs.detach())
             os._exit(0)
         theirs.close()
         return worker.Worker(ours, pid)
 
     monkeypatch.setattr(worker.Worker, "start", staticmethod(start))
+    subs = _one_student(tmp_path, tiny_course)
     [record] = grade.grade(
-        tiny_course, TINY, _one_student(tmp_path, tiny_course), verify=False, quiet=True, force=True
+        tiny_course, TINY, subs, verify=False, quiet=True, force=True, isolate=False
     )
     assert record["score"] == 3.0
     flag = next(f for f in record["flags"] if "grading worker unavailable" in f)

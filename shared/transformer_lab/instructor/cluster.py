@@ -242,10 +242,8 @@ def grade_on_worker(shared: dict, task: dict) -> dict:
             setattr(grader, name, value)
         grader.run_dir = root / "run"
         grader._base = base
-        if grader.use_worker:  # one pre-imported worker per Dask worker process forks the jobs
-            grader._worker = job_worker.process_worker(
-                lambda home: grade_env(course, home), grader.isolate
-            )
+        if grader.use_worker and not grader.isolate:  # without a box: one pre-imported worker
+            grader._worker = job_worker.process_worker(lambda home: grade_env(course, home))
         with _ENV_LOCK:  # what the job's environment takes from this process (grade._env)
             for name, value in shared["environ"].items():
                 if value is None:

@@ -4,6 +4,7 @@ returns the exit status."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from . import nbgrader_app
@@ -74,25 +75,29 @@ def grade(
     verify: bool,
 ) -> int:
     from .grade import grade as grade_class
-    from .sandbox import GiB, Limits
+    from .sandbox import GiB, Limits, SandboxUnavailable
 
     require_lesson(course, assignment)
     limits = Limits(
         memory_bytes=int(memory_gib * GiB), wall_seconds=wall_seconds, cell_timeout=cell_timeout
     )
-    records = grade_class(
-        course,
-        assignment,
-        submissions,
-        out=out,
-        jobs=jobs,
-        scheduler=scheduler,
-        force=force,
-        students=students,
-        limits=limits,
-        isolate=isolate,
-        verify=verify,
-    )
+    try:
+        records = grade_class(
+            course,
+            assignment,
+            submissions,
+            out=out,
+            jobs=jobs,
+            scheduler=scheduler,
+            force=force,
+            students=students,
+            limits=limits,
+            isolate=isolate,
+            verify=verify,
+        )
+    except SandboxUnavailable as error:  # nothing graded: say how to get a box
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     bad = sum(r["status"] != "graded" for r in records)
     print(f"{len(records)} students in {out} ({bad} ungradable)")
     return 0

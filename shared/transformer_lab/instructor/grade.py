@@ -12,8 +12,8 @@ LMS download is collected into that layout first, see `collect`):
    gradebook).
 2. One job per student in a private course copy under a temporary folder (autograder/*.py,
    exercises/<assignment>, a copy of a gradebook prepared once per run, the student's folder;
-   never solutions/ or another student's files), boxed as `sandbox.run` boxes a command (forked
-   from the run's pre-imported `worker`, or, switched off, a new interpreter), runs `job.run_job`:
+   never solutions/ or another student's files), boxed by bubblewrap (`sandbox.run`; without a
+   sandbox, forked from the run's pre-imported `worker`), runs `job.run_job`:
    `nbgrader autograde` with the per-cell timeout, then `verify.verify` (the clean re-check),
    then the scores are read from the private gradebook; the job hands back one JSON record
    through a pipe.
@@ -176,6 +176,7 @@ class Grader:
                 continue
             todo.append((student, folder, sha))
         if todo:
+            sandbox.isolation(self.isolate)  # no box to be had: stop here, saying how to get one
             self.run_dir = Path(tempfile.mkdtemp(prefix="transformer-lab-grade-"))
             try:
                 self._start_worker()
@@ -205,13 +206,11 @@ class Grader:
         """Start this run's worker (its imports overlap the run's set-up); on failure every job
         starts its own interpreter and says why (`_launch`)."""
         self._worker, self._worker_problem = None, None
-        if not (self.use_worker and self.local_jobs):
-            return
+        if not (self.use_worker and self.local_jobs) or self.isolate:
+            return  # a boxed job is a program of its own (`sandbox`): never forked
         try:
             self._worker = job_worker.Worker.start(
-                _env(self.course, self.run_dir / "worker-home"),
-                self.run_dir / "worker",
-                isolate=self.isolate,
+                _env(self.course, self.run_dir / "worker-home"), self.run_dir / "worker"
             )
         except OSError as error:
             self._worker_problem = f"the grading worker could not start: {error}"
@@ -222,15 +221,16 @@ class Grader:
             self._worker = None
 
     def _launch(self, command: list[str], flags: list[str], **box) -> sandbox.Result:
-        """The job in its sandbox: forked from the run's worker, or (worker switched off, or
-        unable to serve: the reason goes into the flags) in an interpreter of its own."""
+        """The job in its sandbox (`sandbox.run`); without one (--no-sandbox), forked from the
+        run's worker, or (worker switched off, or unable to serve: the reason goes into the
+        flags) in an interpreter of its own."""
         chosen = self._worker
         problem = self._worker_problem
         if chosen is not None:
             problem = chosen.available()
             if problem is None:
                 return chosen.run(command, **box)
-        if problem:
+        if problem and not self.isolate:
             flags.append(
                 f"grading worker unavailable ({problem}): the job started its own interpreter"
             )

@@ -359,8 +359,23 @@ class _Clock:
         self._last = now
 
 
+PR_SET_DUMPABLE = 4
+
+
+def not_traceable() -> None:
+    """This process and what it forks (nbgrader, the student's kernel, the re-check's children)
+    become non-dumpable: without CAP_SYS_PTRACE, which nothing in the box has, no process of the
+    box can `ptrace` the judge nor read its memory (/proc/<pid>/mem) or its descriptors. A
+    student's kernel that execs a new program becomes dumpable again, but only for itself."""
+    import ctypes
+
+    if ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def run_job(spec_path: str) -> None:
     """Runs inside the sandbox: autograde, verify, read the private gradebook, report on fd."""
+    not_traceable()
     spec = json.loads(Path(spec_path).read_text())
     fd = int(os.environ.pop("TRANSFORMER_LAB_RESULT_FD"))
     os.set_inheritable(fd, False)  # nbgrader and the student's kernel never get the pipe

@@ -1,34 +1,49 @@
-"""Run one untrusted grading job in a box: resource limits, no network, a private view of the disk.
+"""Run one untrusted grading job in a box made by bubblewrap (`bwrap`, the sandbox Flatpak uses).
 
-`run(command, ...)` starts `command` in a new session with rlimits (address space, CPU time,
-file size, no core dumps) and a wall-clock cap that kills the whole process tree. Where Linux
-namespaces are available (`unshare`, as root or through a user namespace) the job also gets:
+`run(command, ...)` starts `command` with rlimits (address space, CPU time, file size, processes,
+no core dumps) and a wall-clock cap that kills the whole box. The box (`box_argv`) gives the job:
 
-- a network namespace of its own: no network at all (the loopback is down; kernels talk to
-  nbgrader over jupyter_client's `ipc` transport, i.e. Unix sockets in the job's own folder, so
-  parallel jobs can never clash on ports);
-- a PID namespace: when the job ends, every process it started (a student's daemon included)
-  dies with it;
-- a mount namespace in which the course and the package's repository are read-only and the
-  folders a student must not see (`solutions/`, `autograder/work/`, `student_package/`, the
-  submissions, the other jobs of this run) are covered by empty tmpfs; only the job's own
-  folder stays visible and writable.
+- no capabilities, `no_new_privs` (bwrap always sets it), and an unprivileged uid/gid: a grader
+  running as root starts the box as a uid of its own (`box_ids`, one per job), so that nothing
+  the job does counts as root's, nor as another job's;
+- its own user, mount, PID, network, IPC, UTS and cgroup namespaces (`--unshare-all`): no network
+  at all (kernels talk to nbgrader over jupyter_client's `ipc` transport, Unix sockets in the
+  job's own folder), and every process the job starts dies with it;
+- a fresh `/proc` that shows only the box's own processes (no `/proc/<pid>/ns` of anybody else,
+  no `/proc/<pid>/mem` of the grader), a minimal `/dev`;
+- the machine's files read-only, with a private, empty and size-capped `/tmp`, `/var/tmp`,
+  `/dev/shm`, `/run`, `/home`, `/root` and the grader's home; the course, the package's
+  repository and the Python installation read-only again on top (they may live in a home);
+- the folders a student must not see (`solutions/`, `autograder/work/`, `student_package/`,
+  `.git`, the submissions, the other jobs of the run) covered by empty tmpfs;
+- its own folder (`keep`) visible and writable, and nothing else writable that outlives it;
+- death with its parent (`--die-with-parent`) and a session of its own (`--new-session`: no
+  TIOCSTI into the grader's terminal).
 
-Where namespaces are unavailable the job still runs, with the rlimits and the wall-clock cap,
-and `Result.warning` says what protection was missing (the grader records it in the flags).
+The box is built by bubblewrap, not by hand-written `unshare`/`mount` code: a process inside it
+holds no capability in any namespace, so it cannot unmount what hides a folder, remount the
+course read-write, `setns` into another process's namespaces or `ptrace` anything outside.
+
+Where `bwrap` is missing on Linux, `run` raises `SandboxUnavailable` naming the install command;
+only an explicit `isolate=False` (`transformer-lab grade --no-sandbox`) runs a job unboxed, and
+`Result.warning` then says so (the grader puts it in every record's flags). On other systems
+(macOS) the job runs with the rlimits and the wall-clock cap only, with that warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import json
+import itertools
 import os
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -83,39 +98,172 @@ class Result:
     warning: str | None
 
 
+class SandboxUnavailable(RuntimeError):
+    """Grading was asked for a box that this machine cannot make (the message says how to fix it)."""
+
+
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: "
+    "`sudo dnf install bubblewrap`), or grade without a sandbox with --no-sandbox (every record "
+    "of that run is flagged)"
+)
+NO_SANDBOX = (
+    "graded without a sandbox ({why}): the student's code could read and write what the grader "
+    "can, and reach the network"
+)
+
+# Weakened boxes for the escape tests' mutants (tests/grading/test_escape.py): each drops one
+# protection, and an attack in the suite must get through it. Never used by the grader.
+WEAKENINGS = frozenset(
+    {
+        "root",  # the grader's own uid (root) with every capability, no user namespace
+        "host-proc",  # the machine's /proc instead of a fresh one
+        "share-pid",  # the grader's PID namespace
+        "share-net",  # the machine's network namespace
+        "host-tmp",  # the machine's /tmp, writable
+        "host-home",  # the grader's home, writable
+        "rw-course",  # the course and the package writable
+        "no-hide",  # solutions/, the other jobs, the submissions left visible
+        "no-nproc",  # no cap on the number of processes
+    }
+)
+
+SETPRIV_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")  # only what setpriv needs to drop
+BOX_UID_BASE = 200_000  # a root grader's boxes run as uids from here (one per job)
+TMP_SIZE = 512 * MiB  # the box's /tmp; the other private folders get SMALL_SIZE
+SMALL_SIZE = 64 * MiB
+PROCESSES = 1024  # RLIMIT_NPROC of a box's uid (threads count too)
+_uids = itertools.count()
+_uid_lock = threading.Lock()
+
+
 @functools.lru_cache(maxsize=1)
-def namespaces_unavailable() -> str | None:
-    """None when `unshare` can give a job its own mount, network and PID namespaces; else why not."""
+def box_unavailable() -> str | None:
+    """None when bubblewrap can make the box here (probed once, as a job would be boxed); else
+    why not."""
     if sys.platform != "linux":
-        return f"namespaces need Linux (this is {sys.platform})"
-    if shutil.which("unshare") is None or shutil.which("mount") is None:
-        return "`unshare` or `mount` is not installed"
-    probe = subprocess.run(
-        [
-            *_unshare_prefix(),
-            "sh",
-            "-c",
-            "mount -t tmpfs tmpfs /mnt 2>&1 || mount -t tmpfs tmpfs /tmp",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+        return f"the sandbox needs Linux (this is {sys.platform})"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (`bwrap`) is not installed"
+    with tempfile.TemporaryDirectory(prefix="tl-box-probe-") as folder:
+        keep = Path(folder)
+        ids = box_ids()
+        if ids is not None:
+            _give(keep, ids)
+        probe = subprocess.run(
+            box_argv(["true"], cwd=keep, keep=keep, ids=ids),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     if probe.returncode != 0:
-        return f"`unshare` failed: {(probe.stderr or probe.stdout).strip()[:200]}"
+        return f"bubblewrap could not make the box: {(probe.stderr or probe.stdout).strip()[:300]}"
     return None
 
 
-def _unshare_prefix() -> list[str]:
-    prefix = ["unshare", "--mount", "--net", "--pid", "--fork", "--kill-child"]
+def box_ids() -> tuple[int, int] | None:
+    """(uid, gid) a job's box runs as, outside the box: a fresh unprivileged one when the grader
+    is root (so that the job owns nothing of root's nor another job's); None otherwise (the
+    grader's own, in a user namespace without capabilities)."""
     if os.geteuid() != 0:
-        prefix.append("--map-root-user")
-    return prefix
+        return None
+    with _uid_lock:
+        n = next(_uids)
+    uid = BOX_UID_BASE + (os.getpid() % 1000) * 100 + n % 100
+    return uid, uid
 
 
-def _set_limits(limits: Limits) -> None:
+def _give(folder: Path, ids: tuple[int, int]) -> None:
+    """The job's own folder belongs to the box's uid (a root grader only); root, which builds the
+    box without capabilities, may still enter it (bwrap's --chdir)."""
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            os.lchown(os.path.join(root, name), *ids)
+    os.lchown(folder, *ids)
+    os.chmod(folder, 0o755)
+
+
+def _python_paths() -> list[str]:
+    """The Python installation the job runs (it may live under a home or /tmp, which the box
+    hides): the prefixes and the folders of the interpreter and of sys.path."""
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    found.add(os.path.dirname(os.path.realpath(sys.executable)))
+    found.update(p for p in sys.path if p and os.path.isdir(p))
+    return sorted({os.path.abspath(p) for p in found} - {"/"})
+
+
+def box_argv(
+    command,
+    *,
+    cwd: Path,
+    keep: Path,
+    ids: tuple[int, int] | None,
+    hide=(),
+    readonly=(),
+    weaken=frozenset(),
+) -> list[str]:
+    """The bubblewrap command line that runs `command` in a job's box (see the module docstring).
+    `ids`: the uid/gid the box's processes get outside (`box_ids`; a root grader only: bwrap,
+    run as root, builds the box, then util-linux's `setpriv` becomes that uid with every
+    capability and the bounding set dropped); None: a user namespace of the grader's own uid
+    (uid 65534 inside), without capabilities. `weaken`: the tests' mutants only (WEAKENINGS)."""
+    unknown = set(weaken) - WEAKENINGS
+    if unknown:
+        raise ValueError(f"unknown weakening {sorted(unknown)}")
+    argv = ["bwrap"]
+    if "root" in weaken:
+        argv += ["--cap-add", "ALL"]
+    elif ids is not None:  # root builds the box; setpriv below drops to the box's uid
+        argv += ["--cap-drop", "ALL"]
+        argv += [f for cap in SETPRIV_CAPS for f in ("--cap-add", cap)]
+    else:
+        argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
+    argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "box"]
+    if "share-pid" not in weaken:
+        argv.append("--unshare-pid")
+    if "share-net" not in weaken:
+        argv.append("--unshare-net")
+    argv += ["--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+    if "host-proc" not in weaken:
+        argv += ["--proc", "/proc"]
+    argv += ["--dev", "/dev", "--perms", "1777", "--size", str(SMALL_SIZE), "--tmpfs", "/dev/shm"]
+    if "host-tmp" in weaken:
+        argv += ["--bind", "/tmp", "/tmp"]
+    else:
+        argv += ["--perms", "1777", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
+    home = os.path.expanduser("~")
+    for private in dict.fromkeys(["/var/tmp", "/run", "/home", "/root", home]):
+        if private not in ("/", "/tmp") and os.path.isdir(private):
+            mode = "1777" if private == "/var/tmp" else "0755"
+            argv += ["--perms", mode, "--size", str(SMALL_SIZE), "--tmpfs", private]
+    if "host-home" in weaken:
+        argv += ["--bind", home, home]
+    writable = {str(p) for p in readonly} if "rw-course" in weaken else set()
+    binds = [p for p in dict.fromkeys([*map(str, readonly), *_python_paths()]) if os.path.isdir(p)]
+    for path in binds:
+        argv += _parents(path)
+        argv += ["--bind" if path in writable else "--ro-bind", path, path]
+    if "no-hide" not in weaken:
+        for path in sorted(map(str, hide), key=len):  # a hidden folder inside a hidden one: gone
+            if os.path.isdir(path) and path != str(keep):
+                argv += ["--size", str(MiB), "--tmpfs", path]
+    argv += [*_parents(str(keep)), "--bind", str(keep), str(keep), "--chdir", str(cwd), "--"]
+    if ids is not None and "root" not in weaken:
+        argv += ["setpriv", f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
+        argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
+    return argv + list(command)
+
+
+def _parents(path: str) -> list[str]:
+    """Every folder above `path`, made enterable (bwrap makes a missing one 0700, which the box's
+    uid could not enter when the path lies in a private tmpfs)."""
+    parents = [str(p) for p in reversed(Path(path).parents) if str(p) != "/"]
+    return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
+
+
+def _set_limits(limits: Limits, processes: int | None = None) -> None:
     """preexec_fn: runs in the child before exec; every descendant inherits the limits."""
-    try:  # if the grader dies, the job dies with it (unshare --kill-child takes the rest)
+    try:  # if the grader dies, the job dies with it (bwrap --die-with-parent takes the rest)
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -126,17 +274,35 @@ def _set_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    if processes is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+
+
+def _process_cap(ids) -> int:
+    """RLIMIT_NPROC for a box: PROCESSES for a uid of its own; for the grader's own uid (not
+    root), what that uid runs already plus PROCESSES."""
+    if ids is not None:
+        return PROCESSES
+    uid, mine = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    mine += len(os.listdir(f"/proc/{name}/task"))
+    return mine + PROCESSES
 
 
 def isolation(isolate: bool = True) -> tuple[bool, str | None]:
-    """(whether a job gets its namespaces, the warning recorded when it does not)."""
-    why = namespaces_unavailable() if isolate else "isolation switched off"
+    """(whether a job gets its box, the warning recorded when it does not). Raises
+    SandboxUnavailable on Linux when a box was asked for and bubblewrap cannot make it."""
+    if not isolate:
+        return False, NO_SANDBOX.format(why="--no-sandbox")
+    why = box_unavailable()
     if why is None:
         return True, None
-    return False, (
-        f"grading without a sandbox ({why}): network and the course's files are visible to "
-        "student code"
-    )
+    if sys.platform == "linux":
+        raise SandboxUnavailable(f"cannot grade in a sandbox: {why}; {INSTALL_HINT}")
+    return False, NO_SANDBOX.format(why=why)
 
 
 def run(
@@ -149,26 +315,30 @@ def run(
     readonly: list[Path] = (),
     keep: Path,
     isolate: bool = True,
+    weaken=frozenset(),
 ) -> Result:
     """Run `command` boxed. `keep` is the job's own folder (stays visible and writable); `hide`
-    are covered by empty tmpfs and `readonly` re-mounted read-only (namespaces only).
+    are covered by empty tmpfs; `readonly` (the course, the package's repository) are bound
+    read-only again on top of the private homes. `weaken`: the escape tests' mutants only.
 
     The job may write one result (bytes) to the pipe whose descriptor is in
     $TRANSFORMER_LAB_RESULT_FD; nothing else it writes is trusted.
     """
     isolated, warning = isolation(isolate)
+    weaken = frozenset(weaken)
+    ids, argv = None, list(command)
     if isolated:
-        spec = view_spec(command, cwd, hide, readonly, keep)
-        spec_path = keep / ".sandbox.json"
-        spec_path.write_text(json.dumps(spec))
-        # this file as a script (standard library only): no package import before the job's
-        argv = [*_unshare_prefix(), sys.executable, "-I", "-S", __file__, str(spec_path)]
-    else:
-        argv = command
+        ids = None if "root" in weaken else box_ids()
+        argv = box_argv(
+            command, cwd=cwd, keep=keep, ids=ids, hide=hide, readonly=readonly, weaken=weaken
+        )
+    processes = None if "no-nproc" in weaken or not isolated else _process_cap(ids)
     read_fd, write_fd = os.pipe()
     env = dict(env, TRANSFORMER_LAB_RESULT_FD=str(write_fd))
     start = time.monotonic()
     with open(keep / ".stdout", "w+b") as out, open(keep / ".stderr", "w+b") as err:
+        if ids is not None:
+            _give(keep, ids)
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -177,7 +347,7 @@ def run(
             stdout=out,
             stderr=err,
             start_new_session=True,
-            preexec_fn=functools.partial(_set_limits, limits),
+            preexec_fn=functools.partial(_set_limits, limits, processes),
             pass_fds=(write_fd,),
         )
         os.close(write_fd)
@@ -209,17 +379,6 @@ def run(
     )
 
 
-def view_spec(command, cwd: Path, hide, readonly, keep: Path) -> dict:
-    """What `mount_view` needs to build a job's view of the disk, and the command run in it."""
-    return {
-        "hide": [str(p) for p in hide],
-        "readonly": [str(p) for p in readonly],
-        "keep": str(keep),
-        "command": list(command),
-        "cwd": str(cwd),
-    }
-
-
 def tails(out, err) -> tuple[str, str]:
     """The last 200 kB of a job's stdout and stderr files, as text."""
     texts = []
@@ -241,54 +400,8 @@ def _drain(fd: int, chunks: list[bytes], cap: int = 64 * MiB) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the job's session (unshare --kill-child takes the PID namespace down with it)."""
+    """SIGKILL the job's session (bwrap's --die-with-parent takes the box down with it)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def _bind(source: str, target: str) -> None:
-    """mount(2) MS_BIND without mount(8), which would resolve /proc/self/fd/N to a path."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    MS_BIND = 4096
-    if libc.mount(source.encode(), target.encode(), None, MS_BIND, None) != 0:
-        raise OSError(ctypes.get_errno(), f"bind mount {source} -> {target} failed")
-
-
-def mount_view(spec: dict) -> None:
-    """The job's view of the disk, inside its own mount namespace: `readonly` folders re-mounted
-    read-only, `hide` folders covered by empty tmpfs, `keep` (the job's folder) visible and
-    writable even where it lies under a hidden folder. Used by `_enter` and `worker`."""
-    keep = Path(spec["keep"])
-    keep_fd = os.open(keep, os.O_RDONLY | os.O_DIRECTORY)
-
-    def mount(*args: str) -> None:
-        subprocess.run(["mount", *args], check=True, capture_output=True)
-
-    subprocess.run(["mount", "--make-rprivate", "/"], capture_output=True)
-    for path in spec["readonly"]:
-        if os.path.isdir(path):
-            mount("--bind", path, path)
-            mount("-o", "remount,bind,ro", path)
-    for path in sorted(spec["hide"], key=len):  # a hidden folder inside a hidden one is gone
-        if os.path.isdir(path):
-            mount("-t", "tmpfs", "-o", "size=1m,mode=755", "tmpfs", path)
-    if not keep.is_dir():  # the job's own folder lay under a hidden one: put it back
-        keep.mkdir(parents=True)
-        _bind(f"/proc/self/fd/{keep_fd}", str(keep))  # the magic link still names the real one
-    os.close(keep_fd)
-
-
-def _enter(spec_path: str) -> None:
-    """Inside the namespaces (we are PID 1 there): set up the mounts, then exec the command."""
-    spec = json.loads(Path(spec_path).read_text())
-    mount_view(spec)
-    os.chdir(spec["cwd"])
-    os.execvp(spec["command"][0], spec["command"])
-
-
-if __name__ == "__main__":
-    _enter(sys.argv[1])

@@ -1,35 +1,30 @@
-"""One pre-imported grading worker per run: it forks one sandboxed job per submission.
+"""One pre-imported grading worker per run, for grading without a sandbox: it forks the jobs.
 
-Why: a job started as `python -m transformer_lab.instructor.job` paid the interpreter's start and
+Why: a job started as `python -m transformer_lab.instructor.job` pays the interpreter's start and
 `job.trusted_imports` (torch, nbgrader, the checks: about 2.5-2.8 CPU s) for every notebook
 (benchmarks/RESULTS.md §11). The worker pays them once per run (`Grader.run`) or once per Dask
-worker process (`process_worker`), then for each job forks a child that becomes the job exactly
-as `sandbox.run` makes one, before it runs anything of the job:
+worker process (`process_worker`), then for each job forks a child that becomes the job:
 
 - a new session, killed with its parent (PR_SET_PDEATHSIG), the job's rlimits (`_set_limits`);
-- where namespaces are available: unshare(2) of the mount, network and PID namespaces (and a user
-  namespace mapping us to root when we are not root), then a second fork, PID 1 of the new PID
-  namespace, which sets up the same view of the disk as `sandbox._enter` (`sandbox.mount_view`);
-  the first child waits for it and dies the way it died (as `unshare --fork --kill-child` does);
 - the job's working folder and environment (`os.environ` replaced: nothing of the worker's), and
   import-time state that depends on the environment reset (`_reset_import_time_state`);
 - every inherited descriptor closed except stdin (/dev/null), the job's stdout/stderr files and
   its result pipe (fd 3, as $TRANSFORMER_LAB_RESULT_FD): the worker's control socket never reaches
   a job. The child never returns into the worker's loop (it ends with os._exit).
 
+A forked job is never boxed: the box (`sandbox`, bubblewrap) runs a program of its own, so with
+the sandbox on (the default) `Grader` starts every job with `sandbox.run` and no worker. The worker
+serves `--no-sandbox` runs (flagged in every record), where it saves the imports.
+
 The worker itself never runs student code: it only imports what `job.trusted_imports` imports (a
 job imports all of it before any student code runs anyway) and forks. It is single-threaded
-(fork and unshare(CLONE_NEWUSER) need that). A boxed job cannot reach it: the control socket is
-closed in the job, and the worker's pid lies outside the job's PID namespace (no ptrace, no
-pidfd_getfd); its folder (worker.log) is inside the run's folder, which jobs see empty. The grader keeps everything else as `sandbox.run`
-does: the wall-clock cap (it asks the worker to SIGKILL the job's session), stdout/stderr, the
-`sandbox.Result`. Where the worker cannot start or cannot isolate, `Grader` falls back to one
-interpreter per job and says so in the flags; TRANSFORMER_LAB_GRADING_WORKER=0 (or
-`Grader(worker=False)`) switches it off.
+(fork needs that). The grader keeps everything else as `sandbox.run` does: the wall-clock cap (it
+asks the worker to SIGKILL the job's session), stdout/stderr, the `sandbox.Result`. Where the
+worker cannot start, `Grader` falls back to one interpreter per job and says so in the flags;
+TRANSFORMER_LAB_GRADING_WORKER=0 (or `Grader(worker=False)`) switches it off.
 
 Protocol on a SOCK_SEQPACKET socket pair (one message per datagram, JSON):
-grader -> worker: {"op": "run", "id", "command", "cwd", "env", "limits", "isolated", "hide",
-"readonly", "keep"} with three descriptors (stdout, stderr, the result pipe's write end);
+grader -> worker: {"op": "run", "id", "command", "cwd", "env", "limits"} with three descriptors (stdout, stderr, the result pipe's write end);
 {"op": "kill", "id"}; end of file: stop (the worker kills what still runs, then exits).
 worker -> grader: {"ready": true, "problem": null or why it cannot serve}, then
 {"id", "status"} when a job ended (status as `subprocess.Popen.returncode`), or {"id", "error"}.
@@ -38,7 +33,6 @@ worker -> grader: {"ready": true, "problem": null or why it cannot serve}, then
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import itertools
@@ -62,10 +56,6 @@ SWITCH = "TRANSFORMER_LAB_GRADING_WORKER"  # "0": one interpreter per job, as be
 RESULT_FD = 3  # the job's result pipe, as $TRANSFORMER_LAB_RESULT_FD
 READY_SECONDS = 600.0  # the worker's imports, on a heavily loaded machine
 JOB_MODULE = "transformer_lab.instructor.job"
-
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-PR_SET_PDEATHSIG = 1
 
 
 def switched_on(choice: bool | None = None) -> bool:
@@ -95,14 +85,12 @@ class Worker:
         self._reader.start()
 
     @classmethod
-    def start(cls, env: dict[str, str], cwd: Path, isolate: bool = True) -> Worker:
+    def start(cls, env: dict[str, str], cwd: Path) -> Worker:
         """Start `python -m transformer_lab.instructor.worker` (returns at once; the imports go
         on in the background, `available` waits for them). Its output goes to cwd/worker.log."""
         cwd.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-m", __name__, str(theirs.fileno())]
-        if isolate:
-            argv.append("--isolate")
         with open(cwd / "worker.log", "ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -125,7 +113,7 @@ class Worker:
         return cls(ours, proc.pid, reap)
 
     def available(self, timeout: float = READY_SECONDS) -> str | None:
-        """None once the worker has imported everything and can isolate jobs; else why not."""
+        """None once the worker has imported everything and can fork jobs; else why not."""
         if not self._ready.wait(timeout):
             return f"the grading worker was not ready within {timeout:g} s"
         return self.problem
@@ -176,10 +164,14 @@ class Worker:
         hide: list[Path] = (),
         readonly: list[Path] = (),
         keep: Path,
-        isolate: bool = True,
+        isolate: bool = False,
     ) -> sandbox.Result:
-        """`sandbox.run`, with the job forked from this worker instead of a new interpreter."""
-        isolated, warning = sandbox.isolation(isolate)
+        """`sandbox.run` without the box, with the job forked from this worker instead of a new
+        interpreter: a bubblewrap box runs a program of its own, so a boxed job never comes
+        from here (`Grader` uses the worker only with --no-sandbox)."""
+        if isolate:
+            raise ValueError("a job forked from the worker cannot be boxed: use sandbox.run")
+        isolated, warning = sandbox.isolation(False)
         job_id = next(self._ids)
         replies: queue.Queue = queue.Queue()
         self._waiting[job_id] = replies
@@ -187,10 +179,10 @@ class Worker:
         request = {
             "op": "run",
             "id": job_id,
-            **sandbox.view_spec(command, cwd, hide, readonly, keep),
+            "command": list(command),
+            "cwd": str(cwd),
             "env": dict(env),
             "limits": dataclasses.asdict(limits),
-            "isolated": isolated,
         }
         start = time.monotonic()
         try:
@@ -256,7 +248,7 @@ _PROCESS_WORKER: Worker | None = None
 _PROCESS_LOCK = threading.Lock()
 
 
-def process_worker(env_for, isolate: bool = True) -> Worker:
+def process_worker(env_for) -> Worker:
     """One worker for this whole process (a Dask worker grades many tasks): started on first
     use (`env_for(home)` gives its environment), started again if it died, stopped when the
     process exits (its control socket closes with us in any case)."""
@@ -265,7 +257,7 @@ def process_worker(env_for, isolate: bool = True) -> Worker:
         dead = _PROCESS_WORKER is not None and not _PROCESS_WORKER._reader.is_alive()
         if _PROCESS_WORKER is None or dead:
             folder = Path(tempfile.mkdtemp(prefix="tl-grading-worker-"))
-            _PROCESS_WORKER = Worker.start(env_for(folder / "home"), folder / "run", isolate)
+            _PROCESS_WORKER = Worker.start(env_for(folder / "home"), folder / "run")
             import atexit
 
             atexit.register(_PROCESS_WORKER.stop)
@@ -276,8 +268,8 @@ def process_worker(env_for, isolate: bool = True) -> Worker:
 # The worker's side.
 
 
-def main(control_fd: int, isolate: bool) -> None:
-    """Import what every job imports, check that a forked child can be isolated, then serve."""
+def main(control_fd: int) -> None:
+    """Import what every job imports, then serve."""
     sock = socket.socket(fileno=control_fd)
     problem = None
     try:
@@ -286,8 +278,6 @@ def main(control_fd: int, isolate: bool) -> None:
         job.trusted_imports()  # pyplot too: each job then forgets its folders (_reset_...)
     except Exception as error:  # noqa: BLE001 - the grader falls back and says why
         problem = f"the grading worker could not import what a job needs: {error!r}"[:300]
-    if problem is None and isolate and sandbox.namespaces_unavailable() is None:
-        problem = _probe_isolation()
     _reply(sock, {"ready": True, "problem": problem})
     if problem is None:
         serve(sock)
@@ -299,32 +289,6 @@ def _reply(sock: socket.socket, message: dict) -> bool:
         return True
     except OSError:
         return False
-
-
-def _probe_isolation() -> str | None:
-    """None if a forked child can enter new namespaces and mount there (as every job will)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            _unshare()
-            inner = os.fork()
-            if inner == 0:
-                os._exit(subprocess.run(["mount", "--make-rprivate", "/"]).returncode)
-            code = os.waitstatus_to_exitcode(os.waitpid(inner, 0)[1])
-        except BaseException:  # noqa: BLE001
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if status != 0:
-        return (
-            f"a forked job could not enter its namespaces (exit {status}; the traceback is in "
-            "worker.log in the run's folder, kept with TRANSFORMER_LAB_KEEP_GRADING_DIR=1)"
-        )
-    return None
 
 
 def serve(sock: socket.socket) -> None:
@@ -409,8 +373,6 @@ def _become_job(request: dict, fds: list[int], sock: socket.socket) -> int:
     close_inherited(keep=(0, 1, 2, RESULT_FD))
     _fresh_stdio()
     sandbox._set_limits(sandbox.Limits(**request["limits"]))
-    if request["isolated"]:
-        _enter_namespaces(request)
     os.chdir(request["cwd"])
     _as_job_environment(dict(request["env"], TRANSFORMER_LAB_RESULT_FD=str(RESULT_FD)))
     return _run_command(request["command"])
@@ -433,56 +395,6 @@ def _fresh_stdio() -> None:
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-
-
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _enter_namespaces(request: dict) -> None:
-    """What `unshare --mount --net --pid --fork --kill-child [--map-root-user]` and
-    `sandbox._enter` do for a job started as a command: we end as PID 1 of the job's namespaces,
-    with its view of the disk."""
-    _unshare()
-    _become_pid_one()
-    sandbox.mount_view(request)
-
-
-def _unshare() -> None:
-    """New mount, network and PID namespaces; a user namespace mapping us to root if we are not
-    root (what `unshare --map-root-user` does). Our next child is PID 1 of the new PID one."""
-    uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID
-    if os.geteuid() != 0:
-        flags |= CLONE_NEWUSER
-    if _libc().unshare(flags) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"unshare failed: {os.strerror(error)}")
-    if flags & CLONE_NEWUSER:
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
-
-
-def _become_pid_one() -> None:
-    """Fork once more: the child (PID 1 of the new PID namespace; every process the job starts
-    dies with it) goes on; this process waits for it and ends the way it ended."""
-    pid = os.fork()
-    if pid == 0:
-        _die_with_parent()
-        return
-    os.close(RESULT_FD)  # only the job holds the result pipe
-    status = os.waitpid(pid, 0)[1]
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-
-
-def _die_with_parent() -> None:
-    """PR_SET_PDEATHSIG (a fork does not inherit it): if the waiting parent is killed (the
-    wall-clock cap kills the session), so is the job's PID 1, and with it the namespace."""
-    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _as_job_environment(env: dict[str, str]) -> None:
@@ -548,4 +460,4 @@ def _run_command(command: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), "--isolate" in sys.argv[2:])
+    main(int(sys.argv[1]))

@@ -55,6 +55,8 @@ instructor-lab: $(STAMP)
 # Two workers, one torch thread each (more threads than cores slows tiny models down badly);
 # --dist loadfile keeps each file's expensive fixtures (e.g. one autograde run) on one worker.
 test: $(STAMP)
+	@command -v bwrap >/dev/null || { echo "make test grades hostile notebooks in a bubblewrap box:" \
+	  "install it first (Debian/Ubuntu: sudo apt-get install bubblewrap; .ci/run does)" >&2; exit 1; }
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \

@@ -63,7 +63,7 @@ def _machine() -> str:
     """The load, the cores and the sandbox, for the first line of a table."""
     return (
         f"load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs, sandbox: "
-        f"{sandbox.box_unavailable() or 'namespaces'}"
+        f"{sandbox.box_unavailable() or 'bubblewrap'}"
     )
 
 
@@ -500,7 +500,7 @@ def breakdown(lesson: str) -> None:
         )
         rows.append(
             (
-                f"sandbox around `python -c pass` ({'namespaces' if result.isolated else 'no namespaces'})",
+                f"sandbox around `python -c pass` ({'bubblewrap' if result.isolated else 'no box'})",
                 wall,
                 cpu,
             )
@@ -792,6 +792,42 @@ def worker_cost(lessons: list[str], students: int) -> None:
                 )
 
 
+def box_cost(lessons: list[str], students: int) -> None:
+    """Per notebook, a class of `students` copies of the solution graded in a bubblewrap box each
+    (the default: a fresh interpreter per job), and the same class with --no-sandbox (jobs forked
+    from the pre-imported worker, the default before the box), side by side with the plain
+    nbclient execution of the notebook (median of 3); per-run caches warm as in a class."""
+    print(f"{students} students a run, {_machine()}")
+    _table(
+        "lesson",
+        "grading",
+        "plain CPU (s, median of 3)",
+        "graded CPU / notebook (s)",
+        "**ratio CPU**",
+        "graded wall / notebook (s)",
+        "full marks",
+    )
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-box-") as tmp:
+            tmp = Path(tmp)
+            course = _prepared_course(tmp, lesson)
+            plain = sorted(_plain(tmp, course, lesson)[2] for _ in range(3))
+            p_cpu = plain[1]
+            print(f"{lesson}: plain CPU (s) {', '.join(f'{c:.2f}' for c in plain)}", flush=True)
+            for label, isolate in (("bubblewrap box", True), ("no sandbox, worker", False)):
+                subs = _class(tmp / f"class-{isolate}", lesson, students)
+                records, wall, cpu = _timed(
+                    grade.grade, course, lesson, subs, quiet=True, force=True, isolate=isolate
+                )
+                full = sum(r["score"] == r["max_score"] for r in records)
+                print(
+                    f"| {lesson} | {label} | {p_cpu:.2f} | {cpu / students:.2f} | "
+                    f"{cpu / students / p_cpu:.2f} | {wall / students:.1f} | "
+                    f"{full}/{len(records)} |",
+                    flush=True,
+                )
+
+
 def marginal_cost(lessons: list[str], students: int) -> None:
     """Per lesson, what one more notebook costs in a class: classes of `students` and of twice as
     many graded with the worker on (the default), the plain execution timed between them (median
@@ -1028,6 +1064,11 @@ def main() -> None:
         help="one more notebook's cost in a class (classes of --students and twice as many)",
     )
     parser.add_argument(
+        "--box",
+        action="store_true",
+        help="a class graded in bubblewrap boxes and with --no-sandbox, against plain (--lessons)",
+    )
+    parser.add_argument(
         "--wire", action="store_true", help="one re-check call: the wire before §22 and now"
     )
     parser.add_argument(
@@ -1045,6 +1086,9 @@ def main() -> None:
         return
     if args.marginal:
         marginal_cost(args.lessons or [args.lesson], args.students)
+        return
+    if args.box:
+        box_cost(args.lessons or [args.lesson], args.students)
         return
     if args.worker:
         worker_cost(args.lessons or [args.lesson], args.students)

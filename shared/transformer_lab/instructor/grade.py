@@ -385,8 +385,8 @@ class Grader:
         }
         (job / "spec.json").write_text(json.dumps(spec))
         env = _env(course, job / "home")
-        hide = [Path(tempfile.gettempdir())] if self._tmp_hideable() else []
-        hide += [root / sub for root in {self.course, PACKAGE_REPO} for sub in PRIVATE_FOLDERS]
+        # the box's /tmp and homes are private already; these lie in folders it shows
+        hide = [root / sub for root in {self.course, PACKAGE_REPO} for sub in PRIVATE_FOLDERS]
         hide += [self.run_dir]
         if not _is_ancestor(self.submissions, [self.course, PACKAGE_REPO, Path(sys.prefix)]):
             hide.append(self.submissions)
@@ -465,12 +465,6 @@ class Grader:
             dest.mkdir(parents=True)
             for name, nb in keep.items():
                 nbformat.write(nb, dest / name)
-
-    def _tmp_hideable(self) -> bool:
-        tmp = Path(tempfile.gettempdir()).resolve()
-        return not _is_ancestor(
-            tmp, [PACKAGE_REPO, Path(sys.prefix).resolve(), Path(sys.executable).resolve()]
-        )
 
 
 def _is_ancestor(folder: Path, paths: list[Path]) -> bool:

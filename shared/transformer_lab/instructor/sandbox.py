@@ -232,7 +232,8 @@ def box_argv(
     else:
         argv += ["--perms", "1777", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     home = os.path.expanduser("~")
-    for private in dict.fromkeys(["/var/tmp", "/run", "/home", "/root", home]):
+    privates = ["/var/tmp", "/run", "/home", "/root", home]
+    for private in dict.fromkeys(privates):
         if private not in ("/", "/tmp") and os.path.isdir(private):
             mode = "1777" if private == "/var/tmp" else "0755"
             argv += ["--perms", mode, "--size", str(SMALL_SIZE), "--tmpfs", private]
@@ -245,7 +246,7 @@ def box_argv(
         argv += ["--bind" if path in writable else "--ro-bind", path, path]
     if "no-hide" not in weaken:
         for path in sorted(map(str, hide), key=len):  # a hidden folder inside a hidden one: gone
-            if os.path.isdir(path) and path != str(keep):
+            if os.path.isdir(path) and path not in (str(keep), "/tmp", *privates):
                 argv += ["--size", str(MiB), "--tmpfs", path]
     argv += [*_parents(str(keep)), "--bind", str(keep), str(keep), "--chdir", str(cwd), "--"]
     if ids is not None and "root" not in weaken:

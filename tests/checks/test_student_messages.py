@@ -1,6 +1,7 @@
 """What a student meets in JupyterLab (issue 29): short, true messages.
 
 - A refusal ("implement this yourself") never suggests an operation the exercise forbids.
+- A scalar that differs reads "got 0.5, expected 0.25", without an index or a count.
 
 Each assertion is a function, and each has a mutant (the old behaviour, or a plausible wrong
 implementation) that must fail it.
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from transformer_lab import check
+from transformer_lab.check.engine import CheckFailed, compare_tensor
 
 forbid = importlib.import_module("transformer_lab.check.forbid")  # check.forbid is the function
 
@@ -97,3 +99,75 @@ def test_mutant_with_the_old_fixed_list_fails(monkeypatch, tmp_path):
     message = _refusal(tmp_path, SOFTMAX_USER, "online_softmax")
     with pytest.raises(AssertionError):
         assert_suggests_nothing_forbidden(message, check.online_softmax.forbidden)
+
+
+# ----------------------------------------------------------------------------------------------
+# A scalar reads naturally.
+
+F64, CPU = torch.float64, torch.device("cpu")
+
+
+def assert_natural_scalar(problem: str) -> None:
+    """One value against one value: no index, no count of entries."""
+    assert re.search(r"got \S+, expected \S+|where the reference gives \S+", problem), problem
+    assert "index" not in problem and "entries" not in problem, problem
+
+
+def test_a_scalar_that_differs_reads_got_and_expected():
+    problem = compare_tensor(
+        torch.tensor(0.25, dtype=F64), torch.tensor(0.5, dtype=F64), "loss", F64, CPU
+    )
+    assert problem.startswith("loss differs: got 0.5, expected 0.25 (tolerance atol=")
+    assert_natural_scalar(problem)
+
+
+@pytest.mark.parametrize(
+    "got, expected, text",
+    [
+        (torch.tensor(3), torch.tensor(2), "count differs: got 3, expected 2"),
+        (
+            torch.tensor(float("nan"), dtype=F64),
+            torch.tensor(0.25, dtype=F64),
+            "count contains NaN where the reference gives 0.25",
+        ),
+        (
+            torch.tensor(float("inf"), dtype=F64),
+            torch.tensor(0.25, dtype=F64),
+            "count contains inf where the reference gives 0.25",
+        ),
+        (
+            torch.tensor([0.5], dtype=F64),
+            torch.tensor([0.25], dtype=F64),
+            "count differs: got 0.5, expected 0.25",
+        ),
+    ],
+    ids=["integer", "nan", "inf", "one-entry"],
+)
+def test_every_kind_of_scalar_reads_naturally(got, expected, text):
+    problem = compare_tensor(expected, got, "count", F64, CPU)
+    assert problem.startswith(text), problem
+    assert_natural_scalar(problem)
+
+
+def test_a_tensor_still_says_where_it_differs():
+    expected = torch.zeros(2, 3, dtype=F64)
+    got = expected.clone()
+    got[1, 2] = 1.0
+    problem = compare_tensor(expected, got, "output", F64, CPU)
+    assert "differs in 1 of 6 entries" in problem and "at index (1, 2)" in problem
+
+
+def test_the_scalar_checks_say_it_too():
+    err = _raised(lambda: check.lm_loss(lambda logits, targets: -(logits.log_softmax(-1).mean())))
+    assert isinstance(err, CheckFailed)
+    assert_natural_scalar(err.problem)
+    assert re.match(r"loss differs: got -?[\d.]+, expected [\d.]+ \(tolerance", err.problem)
+
+
+def test_mutant_with_the_old_scalar_wording_fails():
+    old = (
+        "loss differs in 1 of 1 entries; the largest difference is 0.25 at index () (got 0.5, "
+        "expected 0.25; tolerance atol=1e-09, rtol=1e-07 for float64)"
+    )
+    with pytest.raises(AssertionError):
+        assert_natural_scalar(old)

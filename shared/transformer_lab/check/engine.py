@@ -268,6 +268,8 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
     if expected.dtype == torch.bool or not expected.is_floating_point():
         if torch.equal(got, expected):
             return None
+        if got.numel() == 1:  # a scalar: no index to give
+            return f"{what} differs: got {got.item()}, expected {expected.item()}"
         where = (got != expected).flatten().nonzero()[0].item()
         return (
             f"{what} differs at index {_fmt_index(where, got.shape)}: "
@@ -275,19 +277,28 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
         )
     atol, rtol = _tolerance(dtype, device)
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
+    scalar = g.numel() == 1  # one value: no index and no count to give
+    tolerance = f"tolerance atol={atol:g}, rtol={rtol:g} for {str(dtype).replace('torch.', '')}"
     bad_nan = g.isnan() & ~e.isnan()
     if bad_nan.any():
         where = bad_nan.flatten().nonzero()[0].item()
+        reference = f"where the reference gives {e.flatten()[where].item():.6g}"
+        if scalar:
+            return f"{what} contains NaN {reference}"
         return (
             f"{what} contains NaN ({int(bad_nan.sum())} of {g.numel()} entries, first at index "
-            f"{_fmt_index(where, g.shape)}) where the reference gives {e.flatten()[where].item():.6g}"
+            f"{_fmt_index(where, g.shape)}) {reference}"
         )
     bad_inf = g.isinf() & ~e.isinf()
     if bad_inf.any():
         where = bad_inf.flatten().nonzero()[0].item()
+        if scalar:
+            return f"{what} contains inf where the reference gives {e.item():.6g}"
         return f"{what} contains inf (first at index {_fmt_index(where, g.shape)})"
     if torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
         return None
+    if scalar:
+        return f"{what} differs: got {g.item():.6g}, expected {e.item():.6g} ({tolerance})"
     diff = (g - e).abs().nan_to_num(0.0)
     where = diff.flatten().argmax().item()
     n_bad = int((diff > atol + rtol * e.abs()).sum())
@@ -295,7 +306,7 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
         f"{what} differs in {n_bad} of {g.numel()} entries; the largest difference is "
         f"{diff.flatten()[where].item():.3g} at index {_fmt_index(where, g.shape)} "
         f"(got {g.flatten()[where].item():.6g}, expected {e.flatten()[where].item():.6g}; "
-        f"tolerance atol={atol:g}, rtol={rtol:g} for {str(dtype).replace('torch.', '')})"
+        f"{tolerance})"
     )
 
 

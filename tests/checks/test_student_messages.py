@@ -2,6 +2,8 @@
 
 - A refusal ("implement this yourself") never suggests an operation the exercise forbids.
 - A scalar that differs reads "got 0.5, expected 0.25", without an index or a count.
+- Message lines are wrapped at spaces (JupyterLab breaks long lines mid-word), never inside a
+  word or a `code` span.
 
 Each assertion is a function, and each has a mutant (the old behaviour, or a plausible wrong
 implementation) that must fail it.
@@ -10,6 +12,7 @@ implementation) that must fail it.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import torch
 from torch import nn
 
 from transformer_lab import check
+from transformer_lab.check import feedback
 from transformer_lab.check.engine import CheckFailed, compare_tensor
 
 forbid = importlib.import_module("transformer_lab.check.forbid")  # check.forbid is the function
@@ -171,3 +175,83 @@ def test_mutant_with_the_old_scalar_wording_fails():
     )
     with pytest.raises(AssertionError):
         assert_natural_scalar(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# Lines are wrapped at spaces, never inside a word or a `code` span.
+
+FIXTURE = Path(__file__).parent / "fixtures" / "check_messages.json"
+MESSAGES = sorted(
+    {
+        m
+        for per in json.loads(FIXTURE.read_text()).values()
+        for v in per.values()
+        for m in v.values()
+    }
+)
+
+
+# What may not be broken: a `code` span, a short parenthesised group such as a shape.
+UNBREAKABLE = re.compile(r"`[^`\n]+`|\([^()\n]{1,24}\)")
+
+
+def assert_wrapped(text: str, lines: list[str], width: int = feedback.WIDTH) -> None:
+    """Every line fits (or is one piece that cannot be broken), the words are the same words in
+    the same order (none cut in two), and every `code` span sits on one line."""
+    for line in lines:
+        whole = UNBREAKABLE.sub(lambda m: m.group(0).replace(" ", "_"), line.strip())
+        assert len(line) <= width or " " not in whole, line
+    assert " ".join(lines).split() == text.split()
+    for span in re.findall(r"`[^`\n]+`", text):
+        assert any(span in line for line in lines), span
+
+
+LONG = (
+    "the positions to skip are those whose target is -100 (IGNORE_INDEX), not token 0: call "
+    "`torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())` yourself, "
+    "or mask with `targets != -100` before the mean, which counts only the positions that count."
+)
+
+
+@pytest.mark.parametrize("text", [LONG, *MESSAGES[:: max(1, len(MESSAGES) // 60)]])
+def test_long_lines_wrap_at_spaces(text):
+    assert_wrapped(text, feedback.wrap(text))
+
+
+def test_a_rendered_failure_is_wrapped():
+    err = CheckFailed(exercise="lm_loss", problem="loss differs", case="x (2, 3)", mistake=LONG)
+    lines = feedback.render_text(err).splitlines()
+    assert lines[0] == "✗ lm_loss: check failed" and lines[1].startswith("Likely mistake: ")
+    assert all(len(line) <= feedback.WIDTH for line in lines), lines
+    mistake = [line for line in lines[1:] if not line.startswith(("What differs", "Case"))]
+    assert_wrapped("Likely mistake: " + LONG, mistake)
+
+
+def test_the_passing_line_is_wrapped(tmp_path, capsys):
+    ns = _cell(
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    w = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5)\n"
+        "    if mask is not None:\n"
+        "        w = w.masked_fill(~mask, float('-inf'))\n"
+        "    w = w.softmax(-1).nan_to_num(0.0)\n"
+        "    return w @ v, w\n",
+        tmp_path,
+    )
+    assert check.scaled_dot_product_attention(ns["scaled_dot_product_attention"]) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("✓ scaled_dot_product_attention: all ")
+    assert all(len(line) <= feedback.WIDTH for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        lambda text: [text],  # not wrapped
+        lambda text: [text[i : i + feedback.WIDTH] for i in range(0, len(text), feedback.WIDTH)],
+        lambda text: __import__("textwrap").wrap(text, 40),  # breaks code spans
+    ],
+    ids=["unwrapped", "mid-word", "inside-code"],
+)
+def test_mutant_wrappers_fail(mutant):
+    with pytest.raises(AssertionError):
+        assert_wrapped(LONG, mutant(LONG))

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
-from .feedback import render
+from .feedback import render, wrap
 from .forbid import ImplementThisYourself, forbid, resolve  # noqa: F401 (re-exported)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
@@ -419,7 +419,11 @@ def _passed(
     ex: Exercise, student_obj, n_cases: int, thorough: bool, seconds: float, what: str
 ) -> None:
     kind = "thorough" if thorough else "visible"
-    print(f"✓ {ex.name}: all {n_cases} {kind} checks passed ({what}; {seconds:.2f} s)")
+    print(
+        "\n".join(
+            wrap(f"✓ {ex.name}: all {n_cases} {kind} checks passed ({what}; {seconds:.2f} s)")
+        )
+    )
     if not grading_mode():
         from .. import student as _student
 

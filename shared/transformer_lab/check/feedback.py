@@ -14,12 +14,16 @@ failed; only the lines shown change:
 When the student's own code raised, the message shows their frames (notebook cell and line, or
 their file), never the frames of the check machinery or of torch, then the case that triggered
 it. Outside IPython nothing here is used; ``str(err)`` is the same everywhere.
+
+Lines are wrapped at spaces to `WIDTH` characters (JupyterLab's outputs would break them
+mid-word), never inside a word or a `code` span.
 """
 
 from __future__ import annotations
 
 import re
 import sysconfig
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -31,6 +35,8 @@ ANSI_RESET = "\x1b[0m"
 MISTAKE = "Likely mistake: "
 HEADLINE_MARK = "✗ "
 MAX_FRAMES = 4
+WIDTH = 88  # longer message lines are wrapped at a space: JupyterLab's outputs break mid-word
+INDENT = "  "  # a wrapped line's continuation
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # transformer_lab/
 _NAMED = re.compile(r"(?P<name>[A-Za-z_]\w*): (?P<rest>.*)", re.S)
@@ -131,6 +137,44 @@ def cause_of(err: BaseException) -> BaseException | None:
     return cause
 
 
+_UNBREAKABLE = re.compile(r"`[^`\n]+`|\([^()\n]{1,24}\)")  # code spans, short groups: shapes
+_KEEP = "\x00"  # a space that may not break, while wrapping
+
+
+def wrap(text: str, width: int = WIDTH) -> list[str]:
+    """`text` as lines of at most `width` characters where it can: broken only at spaces, never
+    inside a word, a `code` span or a short parenthesised group such as a shape; a word longer
+    than a line stays whole. Each line of `text` is wrapped on its own, its continuation indented
+    by INDENT more than it."""
+    lines = []
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        lead = line[: len(line) - len(body)]
+        body = _UNBREAKABLE.sub(lambda m: m.group(0).replace(" ", _KEEP), body)
+        pieces = textwrap.wrap(
+            body,
+            width,
+            initial_indent=lead,
+            subsequent_indent=lead + INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        lines += [piece.replace(_KEEP, " ") for piece in pieces] or [line]
+    return lines
+
+
+def _labelled(label: str, text: str, style: str, whole: bool = False) -> list[str]:
+    """`label` + `text` wrapped; the label in `style` (every line in it when `whole`)."""
+    lines = wrap(label + text)
+    if whole:
+        return [f"{style}{line}{ANSI_RESET}" for line in lines]
+    first = lines[0]
+    if label and first.startswith(label.rstrip()):
+        n = len(label.rstrip())
+        first = f"{style}{first[:n]}{ANSI_RESET}{first[n:]}"
+    return [first, *lines[1:]]
+
+
 def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]:
     """(exercise, problem, case, mistake) from the attributes, else parsed from the message."""
     exercise = getattr(err, "exercise", None)
@@ -156,7 +200,7 @@ def render(err: BaseException) -> list[str]:
     """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
     if getattr(err, "refusal", False):  # ImplementThisYourself (check/forbid.py)
         text = str(err).removeprefix("implement this yourself: ")
-        lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", text]
+        lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", *wrap(text)]
         frames = student_frames(err.__traceback__)
         if frames:
             lines.append(f"{ANSI_BOLD}Called from your code:{ANSI_RESET}")
@@ -165,19 +209,19 @@ def render(err: BaseException) -> list[str]:
 
     exercise, problem, case, mistake = _parts(err)
     title = f"{exercise}: check failed" if exercise else "check failed"
-    lines = [f"{ANSI_RED}{HEADLINE_MARK}{title}{ANSI_RESET}"]
+    lines = _labelled(HEADLINE_MARK, title, ANSI_RED, whole=True)
     if mistake:
-        lines.append(f"{ANSI_BLUE}{MISTAKE}{mistake}{ANSI_RESET}")
+        lines += _labelled(MISTAKE, mistake, ANSI_BLUE, whole=True)
     cause = cause_of(err)
     if cause is not None:
-        lines.append(f"{ANSI_BOLD}Your code raised{ANSI_RESET} {type(cause).__name__}: {cause}")
+        lines += _labelled("Your code raised ", f"{type(cause).__name__}: {cause}", ANSI_BOLD)
         lines += _frame_lines(student_frames(cause.__traceback__))
         if not problem.startswith("your "):  # "your function raised ..." repeats the above
-            lines.append(f"{ANSI_BOLD}What happened:{ANSI_RESET} {problem}")
+            lines += _labelled("What happened: ", problem, ANSI_BOLD)
     else:
-        lines.append(f"{ANSI_BOLD}What differs:{ANSI_RESET} {problem}")
+        lines += _labelled("What differs: ", problem, ANSI_BOLD)
     if case:
-        lines.append(f"{ANSI_BOLD}Case:{ANSI_RESET} {case}")
+        lines += _labelled("Case: ", case, ANSI_BOLD)
     return lines
 
 

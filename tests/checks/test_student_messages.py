@@ -4,6 +4,11 @@
 - A scalar that differs reads "got 0.5, expected 0.25", without an index or a count.
 - Message lines are wrapped at spaces (JupyterLab breaks long lines mid-word), never inside a
   word or a `code` span.
+- An untouched exercise (nbgrader's stub, ``raise NotImplementedError()``) gives one line,
+  "`online_softmax` is not written yet: fill in the cell above.", not a traceback through the
+  engine; the error is still a NotImplementedError (nbgrader scores the cell 0, grading reads
+  "not attempted"). A NotImplementedError the student's code raises for a reason of its own is
+  the usual short failure. Tested on every exercise as the released notebooks have it.
 
 Each assertion is a function, and each has a mutant (the old behaviour, or a plausible wrong
 implementation) that must fail it.
@@ -11,18 +16,23 @@ implementation) that must fail it.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import io
 import json
 import re
+from contextlib import redirect_stdout
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from torch import nn
 
 from transformer_lab import check
-from transformer_lab.check import feedback
-from transformer_lab.check.engine import CheckFailed, compare_tensor
+from transformer_lab.check import engine, feedback
+from transformer_lab.check.drivers import Driver
+from transformer_lab.check.engine import CheckFailed, NotWrittenYet, compare_tensor
 
 forbid = importlib.import_module("transformer_lab.check.forbid")  # check.forbid is the function
 
@@ -255,3 +265,314 @@ def test_the_passing_line_is_wrapped(tmp_path, capsys):
 def test_mutant_wrappers_fail(mutant):
     with pytest.raises(AssertionError):
         assert_wrapped(LONG, mutant(LONG))
+
+
+# ----------------------------------------------------------------------------------------------
+# An exercise not written yet: the assertions, shared by the real engine and its mutants.
+
+
+def assert_not_written(err: BaseException, name: str, direct: bool = True) -> None:
+    """One line, naming `name`, no traceback; still a NotImplementedError, and named one."""
+    assert isinstance(err, NotImplementedError), repr(err)
+    assert type(err).__name__ == "NotImplementedError"  # the kernel's ename; grading reads it
+    where = "the cell above" if direct else "its cell"
+    assert f"`{name}` is not written yet: fill in {where}" in str(err), str(err)
+    lines = err._render_traceback_()  # what IPython shows
+    text = feedback.strip_ansi("\n".join(lines))
+    assert len(lines) == 1 and text == f"✗ {err}", text
+    assert "Traceback" not in text and "engine.py" not in text
+
+
+def assert_ordinary_failure(err: BaseException, line: str) -> None:
+    """A NotImplementedError the student's own code raised on purpose: the usual short failure
+    showing their line, never "not written yet"."""
+    assert isinstance(err, CheckFailed), repr(err)
+    text = feedback.render_text(err)
+    assert "not written yet" not in text
+    assert "Your code raised NotImplementedError" in text and line in text, text
+
+
+# ----------------------------------------------------------------------------------------------
+# Every exercise, as the released notebook gives it to a student.
+
+REPO = Path(__file__).resolve().parents[2]
+STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # autograder/nbgrader_config.py's code stub
+
+
+def _released_exercises() -> list[tuple[str, str, list[str], str]]:
+    """(notebook, test cell id, the solution cells before it, the test cell's visible source)."""
+    found = []
+    for path in sorted((REPO / "exercises").glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        solutions: list[str] = []
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type != "code":
+                continue
+            if meta.get("solution"):
+                solutions.append(cell.source)
+            elif meta.get("grade"):
+                found.append((path.name, cell.id, solutions, cell.source))
+                solutions = []
+    return found
+
+
+def _imports(path_name: str) -> str:
+    """The notebook's top-level import statements (what its setup cells import)."""
+    nb = nbformat.read(next((REPO / "exercises").glob(f"*/{path_name}")), as_version=4)
+    lines = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or cell.get("id") == "colab-setup":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # IPython magics
+            continue
+        lines += [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return "\n".join(lines)
+
+
+RELEASED = _released_exercises()
+TOP_LEVEL_STUBS = {"alpha-22-test", "practice-transformers-test"}  # the stub is the whole cell
+
+
+def _checked(test: str) -> str:
+    return re.match(r"(?:#.*\n)*check\.(\w+)\(", test).group(1)
+
+
+def test_the_released_exercises_are_all_here():
+    assert {_checked(test) for *_, test in RELEASED} >= set(check.EXERCISES)
+    for _, test_id, solutions, _ in RELEASED:  # every graded cell comes after a stub
+        assert "raise NotImplementedError()" in "\n".join(solutions), test_id
+
+
+@pytest.mark.parametrize(
+    "notebook, test_id, solutions, test", RELEASED, ids=[r[1] for r in RELEASED]
+)
+def test_an_untouched_exercise_says_so_in_one_line(notebook, test_id, solutions, test, tmp_path):
+    namespace = _cell(_imports(notebook), tmp_path, {})
+    for source in solutions:
+        try:
+            _cell(source, tmp_path, namespace)
+        except NotImplementedError:
+            # A value, not a function: the stub runs when its own cell runs, and the student sees
+            # IPython's few lines for that cell; the check never gets to run.
+            assert test_id in TOP_LEVEL_STUBS and source.strip() == STUB
+            return
+    assert test_id not in TOP_LEVEL_STUBS
+    name = _checked(test)
+    err = _raised(lambda: _cell(test.split("### BEGIN HIDDEN TESTS")[0], tmp_path, namespace))
+    assert isinstance(err, NotWrittenYet), repr(err)
+    assert err.exercise == name
+    if isinstance(namespace[name], type):  # a class: the method whose stub it reached
+        assert err.function.startswith(f"{name}."), err.function
+        assert_not_written(err, err.function)
+    else:
+        assert err.function == name
+        assert_not_written(err, name)
+
+
+# ----------------------------------------------------------------------------------------------
+# The cases one at a time: a method's stub, a helper's stub, and what is not a stub.
+
+LAYER_NORM = """
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+"""
+
+MHA_WITH_UNWRITTEN_HELPER = """
+def split_heads(x, n_heads):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (
+            nn.Linear(d_model, d_model, bias=bias) for _ in range(4)
+        )
+
+    def forward(self, x, context=None, mask=None):
+        return split_heads(self.w_q(x), self.n_heads)
+"""
+
+ON_PURPOSE = """
+def online_softmax(scores, block_size):
+    if block_size > 0:
+        raise NotImplementedError("blocks are for later")  # MY OWN RAISE
+    return scores
+"""
+
+ON_PURPOSE_DEEP = """
+def _blocks(scores, block_size):
+    raise NotImplementedError(f"block_size={block_size}")  # MY OWN RAISE
+
+def online_softmax(scores, block_size):
+    return _blocks(scores, block_size)
+"""
+
+LIBRARY_STUB = """
+def online_softmax(scores, block_size):
+    return Driver().cases(False)  # a library's abstract method: a bare NotImplementedError
+"""
+
+
+def test_a_forward_stub_names_the_method(tmp_path):
+    ns = _cell(LAYER_NORM, tmp_path)
+    assert_not_written(_raised(lambda: check.LayerNorm(ns["LayerNorm"])), "LayerNorm.forward")
+
+
+def test_an_init_stub_names_the_method(tmp_path):
+    ns = _cell(LAYER_NORM.replace("super().__init__()", "raise NotImplementedError()"), tmp_path)
+    assert_not_written(_raised(lambda: check.LayerNorm(ns["LayerNorm"])), "LayerNorm.__init__")
+
+
+def test_a_helper_not_written_yet_is_named_with_who_calls_it(tmp_path):
+    ns = _cell(MHA_WITH_UNWRITTEN_HELPER, tmp_path)
+    err = _raised(lambda: check.MultiHeadAttention(ns["MultiHeadAttention"]))
+    assert_not_written(err, "split_heads", direct=False)
+    assert str(err) == (
+        "`split_heads` is not written yet: fill in its cell (`MultiHeadAttention` calls it)."
+    )
+
+
+@pytest.mark.parametrize("source", [ON_PURPOSE, ON_PURPOSE_DEEP], ids=["direct", "deep"])
+def test_a_not_implemented_error_with_a_message_is_an_ordinary_failure(source, tmp_path):
+    ns = _cell(source, tmp_path)
+    err = _raised(lambda: check.online_softmax(ns["online_softmax"]))
+    assert_ordinary_failure(err, "# MY OWN RAISE")
+    assert err.case  # the inputs that made it raise
+
+
+def test_a_bare_not_implemented_error_from_a_library_is_not_the_students_stub(tmp_path):
+    ns = _cell(LIBRARY_STUB, tmp_path, {"Driver": Driver})
+    err = _raised(lambda: check.online_softmax(ns["online_softmax"]))
+    assert isinstance(err, CheckFailed) and "not written yet" not in str(err)
+    assert "return Driver().cases(False)" in feedback.render_text(err)
+
+
+def test_without_a_frame_of_the_students_it_is_raised_unchanged(tmp_path):
+    """The grading judge's stand-ins for a student's function are course code: a NotImplementedError
+    reaching the check through them, with no frame of the student's, is raised as it came."""
+    source = "def online_softmax(scores, block_size):\n    raise NotImplementedError()\n"
+    namespace = {}
+    stand_in = feedback._PACKAGE / "instructor" / "_stand_in.py"  # never written: a name only
+    exec(compile(source, str(stand_in), "exec"), namespace)  # noqa: S102 - test code
+    err = _raised(lambda: check.online_softmax(namespace["online_softmax"]))
+    assert type(err) is NotImplementedError and str(err) == ""
+
+
+# Mutants: each must fail the assertions above.
+
+
+def test_mutant_that_lets_the_stub_through_fails(monkeypatch, tmp_path):
+    """The old engine: the stub's NotImplementedError went through untouched (a 67-line traceback)."""
+
+    def let_through(ex, student_obj, err, what="your code", case=None):
+        raise err
+
+    monkeypatch.setattr(engine, "_not_implemented", let_through)
+    ns = _cell(LAYER_NORM, tmp_path)
+    with pytest.raises(AssertionError):
+        assert_not_written(_raised(lambda: check.LayerNorm(ns["LayerNorm"])), "LayerNorm.forward")
+
+
+def test_mutant_that_calls_every_not_implemented_error_a_stub_fails(monkeypatch, tmp_path):
+    real = feedback.unwritten
+
+    def any_message(err, student_obj=None):  # the message is not looked at
+        return real(NotImplementedError().with_traceback(err.__traceback__), student_obj)
+
+    monkeypatch.setattr(engine, "unwritten", any_message)
+    for source in (ON_PURPOSE, ON_PURPOSE_DEEP):
+        ns = _cell(source, tmp_path)
+        with pytest.raises(AssertionError):
+            assert_ordinary_failure(
+                _raised(lambda ns=ns: check.online_softmax(ns["online_softmax"])), "# MY OWN RAISE"
+            )
+
+
+def test_mutant_that_names_the_exercise_for_a_helper_fails(monkeypatch, tmp_path):
+    real = feedback.unwritten
+
+    def exercise_name(err, student_obj=None):
+        found = real(err, student_obj)
+        return (student_obj.__name__, True) if found else None
+
+    monkeypatch.setattr(engine, "unwritten", exercise_name)
+    ns = _cell(MHA_WITH_UNWRITTEN_HELPER, tmp_path)
+    err = _raised(lambda: check.MultiHeadAttention(ns["MultiHeadAttention"]))
+    with pytest.raises(AssertionError):
+        assert_not_written(err, "split_heads", direct=False)
+
+
+def test_mutant_that_renders_a_traceback_fails(monkeypatch, tmp_path):
+    import traceback
+
+    def with_traceback(self):
+        return traceback.format_exception(type(self), self, self.__traceback__)
+
+    monkeypatch.setattr(NotWrittenYet, "_render_traceback_", with_traceback)
+    ns = _cell(LAYER_NORM, tmp_path)
+    with pytest.raises(AssertionError):
+        assert_not_written(_raised(lambda: check.LayerNorm(ns["LayerNorm"])), "LayerNorm.forward")
+
+
+# ----------------------------------------------------------------------------------------------
+# In IPython and in a real kernel: one line, and the cell still fails (nbgrader: 0 points).
+
+ONLINE_SOFTMAX_STUB = (
+    "def online_softmax(scores, block_size):\n"
+    '    """softmax over the last axis of scores (..., L), reading blocks."""\n'
+    "    # YOUR CODE HERE\n"
+    "    raise NotImplementedError()\n"
+)
+
+
+def test_ipython_shows_one_line_and_the_cell_fails():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("from transformer_lab import check")
+        shell.run_cell(ONLINE_SOFTMAX_STUB)
+        out = io.StringIO()
+        with redirect_stdout(out):
+            result = shell.run_cell("check.online_softmax(online_softmax)")
+        assert isinstance(result.error_in_exec, NotImplementedError)
+        assert not result.success
+        text = feedback.strip_ansi(out.getvalue()).strip()
+        assert text == "✗ `online_softmax` is not written yet: fill in the cell above."
+    finally:
+        InteractiveShell.clear_instance()
+
+
+@pytest.mark.slow
+def test_a_kernel_records_a_failed_cell_named_not_implemented_error(tmp_path, monkeypatch):
+    """What nbgrader sees: an error output, ename NotImplementedError (so the cell scores 0 and the
+    class report says "not attempted"), whose traceback is the one line."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "pkg"))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("from transformer_lab import check"),
+        nbformat.v4.new_code_cell(ONLINE_SOFTMAX_STUB),
+        nbformat.v4.new_code_cell("check.online_softmax(online_softmax)"),
+    ]
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    [error] = [o for o in nb.cells[2].outputs if o.output_type == "error"]
+    assert error.ename == "NotImplementedError"
+    assert error.evalue == "`online_softmax` is not written yet: fill in the cell above."
+    assert [feedback.strip_ansi(line) for line in error.traceback] == [f"✗ {error.evalue}"]

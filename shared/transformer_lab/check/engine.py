@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
-from .feedback import render, wrap
+from .feedback import not_written_sentence, render, student_frames, unwritten, wrap
 from .forbid import ImplementThisYourself, forbid, resolve  # noqa: F401 (re-exported)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
@@ -80,6 +80,48 @@ class CheckFailed(AssertionError):
 
     def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
         return render(self)
+
+
+class NotWrittenYet(NotImplementedError):
+    """The check reached an exercise's untouched stub (nbgrader's ``raise NotImplementedError()``).
+
+    IPython shows one line, ``✗ `online_softmax` is not written yet: fill in the cell above.``, not
+    a traceback through the engine. It is still a NotImplementedError, and it is *named* one
+    (``__name__``): what the kernel records as the error's ``ename`` and what grading reads as
+    "not attempted" stay as they were; the cell fails, so nbgrader gives it no points.
+    ``exercise`` is the check's name, ``function`` the stub that raised.
+    """
+
+    unwritten = True  # check/feedback.py renders it as its one line
+
+    def __init__(self, message: str, *, exercise: str | None = None, function: str | None = None):
+        super().__init__(message)
+        self.exercise, self.function = exercise, function
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        return render(self)
+
+
+NotWrittenYet.__name__ = "NotImplementedError"
+
+
+def _not_implemented(
+    ex: Exercise, student_obj, err: NotImplementedError, what: str = "your code", case=None
+) -> NoReturn:
+    """The student's code raised `err`: an untouched stub raises NotWrittenYet (one line); a
+    NotImplementedError their own code raised for another reason fails the check like any other
+    error; one raised outside their code (no frame of theirs) is raised again unchanged."""
+    if isinstance(err, NotWrittenYet):
+        raise err
+    found = unwritten(err, student_obj)
+    if found is not None:
+        name, direct = found
+        raise NotWrittenYet(
+            not_written_sentence(name, direct, ex.name), exercise=ex.name, function=name
+        ) from None
+    if student_frames(err.__traceback__):
+        fail(ex, f"{what} raised NotImplementedError: {err}", case, cause=err)
+    raise err
 
 
 def available_devices() -> list[torch.device]:
@@ -453,6 +495,8 @@ def _run_driver(ex: Exercise, student_obj, thorough: bool, driver) -> None:
     torch.set_num_threads(1)  # tiny tensors: one thread is several times faster on a busy CPU
     try:
         n = driver.run(ex, student_obj, thorough)
+    except NotImplementedError as err:  # what a driver or a lesson's own check let through
+        _not_implemented(ex, student_obj, err)
     finally:
         torch.set_num_threads(threads)
     n, what = n if isinstance(n, tuple) else (n, driver.covered(thorough))

@@ -17,10 +17,15 @@ it. Outside IPython nothing here is used; ``str(err)`` is the same everywhere.
 
 Lines are wrapped at spaces to `WIDTH` characters (JupyterLab's outputs would break them
 mid-word), never inside a word or a `code` span.
+
+An exercise not written yet (nbgrader's stub, ``raise NotImplementedError()``, reached by the
+check) is one line, ``✗ `online_softmax` is not written yet: fill in the cell above.`` (see
+:func:`unwritten`; the engine raises ``NotWrittenYet``).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import sysconfig
 import textwrap
@@ -137,6 +142,66 @@ def cause_of(err: BaseException) -> BaseException | None:
     return cause
 
 
+def _code_name(code, frame=None) -> str:
+    """'split_heads', 'LayerNorm.forward' (a method), without '<locals>' parts."""
+    name = getattr(code, "co_qualname", None)  # Python 3.11+
+    if name is None:
+        name = code.co_name
+        owner = frame.f_locals.get("self") if frame is not None else None
+        if owner is not None and hasattr(type(owner), code.co_name):
+            name = f"{type(owner).__name__}.{code.co_name}"
+    return name.replace("<locals>.", "")
+
+
+def _own_functions(obj) -> list[tuple[str, object]]:
+    """(name, function) for the code the student wrote as `obj`: the function itself, or each
+    method of a class ('LayerNorm.forward'), torch's classes and `object` left out."""
+    if not isinstance(obj, type):
+        fn = inspect.unwrap(obj) if callable(obj) else obj
+        return [(getattr(obj, "__name__", "?"), fn)] if hasattr(fn, "__code__") else []
+    found = []
+    for klass in obj.__mro__:
+        if klass is object or klass.__module__.split(".")[0] == "torch":
+            continue
+        for key, value in vars(klass).items():
+            value = value.fget if isinstance(value, property) else value
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                found.append((f"{klass.__name__}.{key}", value))
+    return found
+
+
+def unwritten(err: BaseException, student_obj=None) -> tuple[str, bool] | None:
+    """(name, direct) when `err` comes from an untouched stub: a ``NotImplementedError()`` without
+    a message (nbgrader's ``raise NotImplementedError()``) raised by a line of the student's own
+    code, not by torch or the course. `name` is the function that raised ('online_softmax',
+    'LayerNorm.forward'); `direct` says whether it is `student_obj` itself (or one of its
+    methods) rather than a helper it calls. Any other NotImplementedError (one with a message, or
+    one raised inside torch) is an ordinary error of the student's code: None.
+    """
+    if type(err) is not NotImplementedError or any(str(a) for a in err.args):
+        return None
+    tb = err.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if code.co_name == "<module>" or _is_hidden(code.co_filename):
+        return None
+    for name, fn in _own_functions(student_obj):
+        if fn.__code__ is code:
+            return name, True
+    return _code_name(code, tb.tb_frame), False
+
+
+def not_written_sentence(name: str, direct: bool, exercise: str) -> str:
+    """The one line for an exercise that is not written yet."""
+    if direct:
+        return f"`{name}` is not written yet: fill in the cell above."
+    return f"`{name}` is not written yet: fill in its cell (`{exercise}` calls it)."
+
+
 _UNBREAKABLE = re.compile(r"`[^`\n]+`|\([^()\n]{1,24}\)")  # code spans, short groups: shapes
 _KEEP = "\x00"  # a space that may not break, while wrapping
 
@@ -198,6 +263,11 @@ def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]
 
 def render(err: BaseException) -> list[str]:
     """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
+    if getattr(err, "unwritten", False):  # NotWrittenYet (check/engine.py): one line
+        return [
+            f"{ANSI_RED}{HEADLINE_MARK}{ANSI_RESET}{line}" if i == 0 else line
+            for i, line in enumerate(wrap(str(err), WIDTH - len(HEADLINE_MARK)))
+        ]
     if getattr(err, "refusal", False):  # ImplementThisYourself (check/forbid.py)
         text = str(err).removeprefix("implement this yourself: ")
         lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", *wrap(text)]

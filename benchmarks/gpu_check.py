@@ -235,8 +235,11 @@ def machine_line(info: dict) -> str:
 
 
 class Run:
-    def __init__(self, out: Path, device: str, quick: bool, budget: float, jobs: int):
+    def __init__(
+        self, out: Path, device: str, quick: bool, budget: float, jobs: int, wheels: Path = WHEELS
+    ):
         self.out, self.device, self.quick, self.jobs = out, device, quick, jobs
+        self.wheels = wheels
         self.deadline = time.monotonic() + budget
         self.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
         self.site = self.work / "site"
@@ -308,11 +311,18 @@ class Run:
 
     def write(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "gpu_check.json").write_text(json.dumps(self.results, indent=1, default=str))
+        write_json(self.out / "gpu_check.json", self.results)
         (self.out / "gpu_check.md").write_text(markdown(self.results))
         with open(self.out / "gpu_check.log", "w") as fh:
             for step, text in self.logs.items():
                 fh.write(f"===== {step}\n{text}\n")
+
+
+def write_json(path: Path, data) -> None:
+    """Write, then rename: a step killed at its cap leaves the last whole file, never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -356,7 +366,7 @@ def step_install(run: Run) -> dict:
     """The missing wheels and the course into one --target folder; torch must be untouched."""
     run.site.mkdir(parents=True, exist_ok=True)
     before = _torch_identity(run.env(PYTHONPATH=str(ROOT / "shared")))
-    wheels = sorted(WHEELS.glob("*.whl")) if WHEELS.is_dir() else []
+    wheels = sorted(run.wheels.glob("*.whl")) if run.wheels.is_dir() else []
     refused = [w.name for w in wheels if _wheel_name(w).startswith(NEVER_CARRY)]
     missing = [w for w in wheels if not refused and not _installed(_wheel_name(w))]
     calls = []
@@ -377,13 +387,19 @@ def step_install(run: Run) -> dict:
     )
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    calls.append(
-        run.call(
-            "install",
-            [*pip, "--no-build-isolation", "--upgrade", "--target", str(run.site), str(src)],
-            run.cap("install"),
-        )
+    built = run.call(
+        "install",
+        [*pip, "--no-build-isolation", "--upgrade", "--target", str(run.site), str(src)],
+        run.cap("install"),
     )
+    how = "pip (a wheel built from the tree)"
+    if built.get("rc") != 0 and not built.get("timed_out"):
+        # No build backend that works here (setuptools too old, no `wheel`): the package is pure
+        # Python, so a copy of it is the same install less its metadata and console script.
+        shutil.copytree(src / "shared" / "transformer_lab", run.site / "transformer_lab")
+        how = "copied (pip could not build it: see the log)"
+    else:
+        calls.append(built)
     after = _torch_identity(run.env())
     course = subprocess.run(
         [sys.executable, "-c", "import transformer_lab; print(transformer_lab.__file__)"],
@@ -412,6 +428,7 @@ def step_install(run: Run) -> dict:
         "torch_after": after,
         "torch_untouched": before == after,
         "course": course,
+        "course_installed_by": how,
         "modules_missing": missing_after,
     }
 
@@ -448,13 +465,14 @@ def _pytest(run: Run, step: str, args: list[str]) -> dict:
     call = run.call(step, argv, run.cap(step))
     counts = _junit_counts(xml)
     failed = counts.get("failed", 0) + counts.get("errors", 0)
-    ok = call.get("rc") == 0 and counts.get("tests", 0) > 0 and failed == 0
+    ok = call.get("rc") == 0 and counts.get("passed", 0) > 0 and failed == 0
     return {
         "status": _status(call, ok),
         "seconds": call["seconds"],
         "command": " ".join(argv[1:]).replace(str(run.work) + "/", ""),
         **counts,
         "failures": _junit_failures(xml),
+        "skipped_because": _junit_skips(xml),
         "tail": "" if ok else _tail(run.logs.get(step, "")),
     }
 
@@ -485,6 +503,19 @@ def _junit_failures(xml: Path, limit: int = 30) -> list[str]:
     return out[:limit]
 
 
+def _junit_skips(xml: Path) -> dict[str, int]:
+    """Why tests were skipped, and how many for each reason (a GPU check whose CUDA cases all
+    skip has not run them)."""
+    if not xml.exists():
+        return {}
+    reasons: dict[str, int] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        for skip in case.findall("skipped"):
+            reason = (skip.get("message") or "").strip()[:160]
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+
+
 def step_cuda_tests(run: Run) -> dict:
     if run.quick:  # the same selection's plumbing, on the CPU twins of one small file
         args = ["-p", "no:xdist", "-k", "cpu and fused", "tests/models/test_core_parity.py"]
@@ -511,7 +542,7 @@ def step_catalogue(run: Run) -> dict:
     data = json.loads(out.read_text()) if out.exists() else {}
     rows = data.get("mistakes", [])
     bad = [r for r in rows if not r["same"]]
-    ok = call.get("rc") == 0 and rows and not bad
+    ok = call.get("rc") == 0 and data.get("done") and rows and not bad
     return {
         "status": _status(call, bool(ok)),
         "seconds": call["seconds"],
@@ -523,9 +554,10 @@ def step_catalogue(run: Run) -> dict:
     }
 
 
-def catalogue(device: str, lessons: list[str] | None) -> dict:
+def catalogue(device: str, lessons: list[str] | None, save=lambda data: None) -> dict:
     """Each catalogued mistake through its thorough check on the CPU alone, then on `device`
-    alone: the outcome (caught or not, the sentence named) must be the same."""
+    alone: the outcome (caught or not, the sentence named) must be the same. `save(partial)`
+    after every exercise."""
     os.environ["TRANSFORMER_LAB_GRADING"] = "1"
     import contextlib
     import io
@@ -566,7 +598,8 @@ def catalogue(device: str, lessons: list[str] | None) -> dict:
                     device: dev,
                 }
             )
-    return {"device": device, "exercises": exercises, "mistakes": rows}
+        save({"device": device, "exercises": exercises, "mistakes": rows, "done": False})
+    return {"device": device, "exercises": exercises, "mistakes": rows, "done": True}
 
 
 # --- 4. lectures ------------------------------------------------------------------------------
@@ -574,8 +607,41 @@ def catalogue(device: str, lessons: list[str] | None) -> dict:
 _RESULT_LINE = re.compile(r"\d")
 
 
-def run_lecture(path: Path, device: str, quick: bool, timeout: float) -> dict:
-    """Execute one lecture (its folder as working directory); its time and the lines it prints."""
+def _stated(cells) -> list[str]:
+    """The lines with a number in them that the cells printed (stdout, results): what a lecture
+    states it measured (losses, accuracies, times); figures and widgets left out."""
+    lines = []
+    for cell in cells:
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            kind, text = output.get("output_type"), None
+            if kind == "stream" and output.get("name") == "stdout":
+                text = output.get("text")
+            elif kind in ("execute_result", "display_data"):
+                data = output.get("data", {})
+                text = data.get("text/plain")
+                if "application/vnd.jupyter.widget-view+json" in data or str(text).startswith("<"):
+                    text = None  # a widget, <Figure size ...>
+            for line in (text or "").splitlines():
+                if _RESULT_LINE.search(line):
+                    lines.append(line.strip()[:200])
+    return lines[-30:]
+
+
+def run_lecture(path: Path, device: str, quick: bool, timeout: float, save=None) -> dict:
+    """Execute one lecture (its folder as working directory), cell by cell; its time and the lines
+    it prints. `save(partial)` after every cell: a lecture stopped at its cap still says how far
+    it got and what it had printed."""
+    env_before = dict(os.environ)  # the kernel inherits os.environ: set it, then put it back
+    try:
+        return _run_lecture(path, device, quick, timeout, save)
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+
+
+def _run_lecture(path: Path, device: str, quick: bool, timeout: float, save) -> dict:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -599,36 +665,19 @@ def run_lecture(path: Path, device: str, quick: bool, timeout: float) -> dict:
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
-    error = None
+    result = {"lecture": path.stem, "seconds": 0.0, "passed": None, "error": None}
+    result |= {"cells_run": 0, "cells": len(nb.cells), "results": []}
     try:
-        client.execute()
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+                result |= {"cells_run": index + 1, "seconds": round(time.perf_counter() - start, 1)}
+                if save is not None and cell.cell_type == "code":
+                    save(result | {"results": _stated(nb.cells)})
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
-        error = _tail(str(err), 6)
-    seconds = time.perf_counter() - start
-    lines = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        for output in cell.get("outputs", []):
-            text = output.get("text") if output.get("output_type") == "stream" else None
-            if output.get("output_type") in ("execute_result", "display_data"):
-                data = output.get("data", {})
-                text = data.get("text/plain")
-                widget = "application/vnd.jupyter.widget-view+json" in data
-                if widget or (text and text.startswith("<")):  # <Figure ...>, widgets
-                    text = None
-            if output.get("output_type") == "stream" and output.get("name") != "stdout":
-                text = None
-            for line in (text or "").splitlines():
-                if _RESULT_LINE.search(line) and line.strip():
-                    lines.append(line.strip()[:200])
-    return {
-        "lecture": path.stem,
-        "seconds": round(seconds, 1),
-        "passed": error is None,
-        "error": error,
-        "results": lines[-30:],
-    }
+        result["error"] = f"cell {result['cells_run'] + 1}: {_tail(str(err), 6)}"
+    result |= {"seconds": round(time.perf_counter() - start, 1), "passed": result["error"] is None}
+    return result | {"results": _stated(nb.cells)}
 
 
 def step_lectures(run: Run) -> dict:
@@ -652,15 +701,14 @@ def step_lectures(run: Run) -> dict:
         argv += ["--device", run.device, "--json", str(out), "--timeout", str(int(left))]
         argv += ["--quick"] if run.quick else []
         call = run.call(f"lectures-{name}", argv, left, run.env(OMP_NUM_THREADS="1"))
-        if out.exists():
-            return json.loads(out.read_text())
+        row = json.loads(out.read_text()) if out.exists() else {"lecture": name}
+        if call.get("rc") == 0 and row.get("passed") is not None:
+            return row
         why = "stopped at the step's cap" if call.get("timed_out") else f"exit {call.get('rc')}"
-        return {
-            "lecture": name,
-            "seconds": call["seconds"],
-            "passed": False,
-            "error": f"{why}: {_tail(run.logs.get(f'lectures-{name}', ''), 4)}",
-        }
+        if row.get("cells"):
+            why += f" after {row['cells_run']} of {row['cells']} cells"
+        log = _tail(run.logs.get(f"lectures-{name}", ""), 4)
+        return row | {"seconds": call["seconds"], "passed": False, "error": f"{why}: {log}"}
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         rows = list(pool.map(one, names))
@@ -994,6 +1042,9 @@ def markdown(results: dict) -> str:
         if steps.get(step, {}).get("failures"):
             lines += ["", f"## {step}: failures", ""]
             lines += [f"- `{f}`" for f in steps[step]["failures"]]
+        if steps.get(step, {}).get("skipped_because"):
+            lines += ["", f"{step}: skipped because", ""]
+            lines += [f"- {n} x {_md(why)}" for why, n in steps[step]["skipped_because"].items()]
     if steps.get("catalogue", {}).get("differences"):
         lines += ["", "## catalogue: mistakes not caught or named as on the CPU", ""]
         for row in steps["catalogue"]["differences"]:
@@ -1188,6 +1239,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--jobs", type=int, default=8, help="pytest-xdist workers (-n)")
     parser.add_argument("--steps", nargs="*", choices=STEP_ORDER, default=STEP_ORDER)
+    parser.add_argument(
+        "--wheels", type=Path, default=WHEELS, help="the wheel folder (make gpu-wheels)"
+    )
     args = parser.parse_args(argv)
     out = args.out or Path(os.environ.get("OUT") or ROOT / "gpu_check_out")
     quick = args.device == "cpu"
@@ -1202,7 +1256,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    run = Run(out, args.device, quick, args.budget or (240.0 if quick else 470.0), args.jobs)
+    budget = args.budget or (240.0 if quick else 470.0)
+    run = Run(out, args.device, quick, budget, args.jobs, args.wheels)
     start = time.monotonic()
     run.results["machine"] = machine_info()
     print(f"gpu_check: {run.results['mode']} on {machine_line(run.results['machine'])}", flush=True)
@@ -1264,17 +1319,17 @@ def _internal(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.what == "wheels":
         return download_wheels(args.dest)
+
+    def save(partial: dict) -> None:
+        write_json(args.json, partial)
+
     if args.what == "_catalogue":
-        data = catalogue(args.device, args.lessons)
+        data = catalogue(args.device, args.lessons, save)
     elif args.what == "_lecture":
-        data = run_lecture(args.path, args.device, args.quick, args.timeout)
+        data = run_lecture(args.path, args.device, args.quick, args.timeout, save)
     else:
-
-        def save(result: dict) -> None:
-            args.json.write_text(json.dumps(result, indent=1, default=str))
-
         data = benchmarks(args.device, args.quick, args.budget, save)
-    args.json.write_text(json.dumps(data, indent=1, default=str))
+    write_json(args.json, data)
     return 0
 
 

@@ -197,3 +197,48 @@ def test_the_wheels_asked_for_are_pinned_and_none_is_already_on_the_machine():
     assert len(set(names)) == len(names)
     assert not set(names) & gpu_check.DEVICE_HAS
     assert set(gpu_check.WHEEL_ROOTS) <= set(names)
+
+
+def test_a_lecture_states_its_results_in_the_lines_it_prints():
+    import nbformat.v4 as v4
+
+    code = v4.new_code_cell("...")
+    code.outputs = [
+        v4.new_output("stream", name="stdout", text="validation loss 1.234\nno digits here\n"),
+        v4.new_output("stream", name="stderr", text="warning 42\n"),
+        v4.new_output("display_data", data={"text/plain": "<Figure size 640x480 with 1 Axes>"}),
+        v4.new_output(
+            "display_data",
+            data={
+                "text/plain": "interactive(children=(IntSlider(value=3),))",
+                "application/vnd.jupyter.widget-view+json": {"model_id": "x"},
+            },
+        ),
+        v4.new_output("execute_result", data={"text/plain": "accuracy 0.97"}, execution_count=1),
+    ]
+    prose = v4.new_markdown_cell("loss 9.99 in the text is not a result")
+    assert gpu_check._stated([prose, code]) == ["validation loss 1.234", "accuracy 0.97"]
+
+
+@pytest.mark.slow
+def test_a_lecture_that_breaks_says_where_and_keeps_what_it_printed(tmp_path):
+    import nbformat
+    import nbformat.v4 as v4
+
+    nb = v4.new_notebook()
+    nb.cells = [
+        v4.new_code_cell("print('loss after 10 steps: 2.5')"),
+        v4.new_markdown_cell("then"),
+        v4.new_code_cell("raise RuntimeError('out of memory')"),
+        v4.new_code_cell("print('never 3')"),
+    ]
+    path = tmp_path / "07_broken.ipynb"
+    nbformat.write(nb, path)
+    saved, env = [], dict(os.environ)
+    row = gpu_check.run_lecture(path, "cpu", True, timeout=60, save=saved.append)
+    assert dict(os.environ) == env, "the lecture's settings leaked into this process"
+    assert row["lecture"] == "07_broken" and row["passed"] is False
+    assert row["error"].startswith("cell 3:") and "out of memory" in row["error"]
+    assert row["cells_run"] == 2 and row["cells"] == 4
+    assert row["results"] == ["loss after 10 steps: 2.5"]
+    assert saved and saved[0]["results"] == ["loss after 10 steps: 2.5"]

@@ -326,12 +326,26 @@ def write_json(path: Path, data) -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """Stop a step and everything it started: its process group, and every descendant that left
+    it (a Jupyter kernel starts a session of its own, and would hold the GPU through the
+    benchmarks)."""
     import signal
 
+    import psutil
+
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the step and everything it started
+        family = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+    for child in family:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
     proc.wait()
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -144,10 +145,34 @@ def test_without_cuda_it_says_so_and_exits_non_zero(tmp_path):
 
 
 def test_a_step_over_its_cap_is_stopped_and_the_report_still_written(tmp_path):
+    import psutil
+
     run = gpu_check.Run(tmp_path, "cpu", True, budget=60, jobs=1)
-    call = run.call("lectures", [sys.executable, "-c", "import time; time.sleep(30)"], timeout=1)
-    assert call["timed_out"] and call["rc"] is None and call["seconds"] < 10
+    pid_file = tmp_path / "kernel.pid"
+    # the step starts a "kernel" in a session of its own (as Jupyter does), then outlives its cap
+    step = (
+        "import subprocess, sys, time\n"
+        "k = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        " start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(k.pid))\n"
+        "time.sleep(60)\n"
+    )
+    call = run.call("lectures", [sys.executable, "-c", step], timeout=3)
+    assert call["timed_out"] and call["rc"] is None and call["seconds"] < 20
     assert "stopped after its cap" in run.logs["lectures"]
+    kernel = int(pid_file.read_text())
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(kernel).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    for _ in range(50):
+        if gone():
+            break
+        time.sleep(0.1)
+    assert gone(), "the kernel outlived its step"
     run.record("install", {"status": "passed", "seconds": 1.0, "wheels_installed": []})
     run.record("lectures", {"status": gpu_check._status(call, True), "seconds": 1, "lectures": []})
     md = (tmp_path / "gpu_check.md").read_text()

@@ -240,6 +240,7 @@ class Run:
     ):
         self.out, self.device, self.quick, self.jobs = out, device, quick, jobs
         self.wheels = wheels
+        self.lecture_jobs = LECTURE_JOBS
         self.deadline = time.monotonic() + budget
         self.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
         self.site = self.work / "site"
@@ -700,7 +701,7 @@ def step_lectures(run: Run) -> dict:
     )
     cap = run.cap("lectures")
     start = time.monotonic()
-    jobs = 1 if run.quick else LECTURE_JOBS
+    jobs = 1 if run.quick else run.lecture_jobs
 
     def one(name: str) -> dict:
         left = cap - (time.monotonic() - start)
@@ -1252,7 +1253,16 @@ def main(argv: list[str] | None = None) -> int:
         "--budget", type=float, default=None, help="seconds for the whole run (470; dry run 240)"
     )
     parser.add_argument("--jobs", type=int, default=8, help="pytest-xdist workers (-n)")
-    parser.add_argument("--steps", nargs="*", choices=STEP_ORDER, default=STEP_ORDER)
+    parser.add_argument(
+        "--lecture-jobs", type=int, default=LECTURE_JOBS, help="lectures at a time (on CUDA)"
+    )
+    parser.add_argument(
+        "--steps",
+        nargs="*",
+        choices=STEP_ORDER,
+        default=STEP_ORDER,
+        help="a rerun of some (install always runs)",
+    )
     parser.add_argument(
         "--wheels", type=Path, default=WHEELS, help="the wheel folder (make gpu-wheels)"
     )
@@ -1272,6 +1282,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     budget = args.budget or (240.0 if quick else 470.0)
     run = Run(out, args.device, quick, budget, args.jobs, args.wheels)
+    run.lecture_jobs = args.lecture_jobs
     start = time.monotonic()
     run.results["machine"] = machine_info()
     print(f"gpu_check: {run.results['mode']} on {machine_line(run.results['machine'])}", flush=True)
@@ -1302,7 +1313,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         for group in GROUPS:
-            names = [name for name in group if name in args.steps]
+            names = [name for name in group if name in args.steps or name == "install"]
             with concurrent.futures.ThreadPoolExecutor(max(1, len(names))) as pool:
                 list(pool.map(one, names))
     finally:

@@ -267,3 +267,25 @@ def test_a_lecture_that_breaks_says_where_and_keeps_what_it_printed(tmp_path):
     assert row["cells_run"] == 2 and row["cells"] == 4
     assert row["results"] == ["loss after 10 steps: 2.5"]
     assert saved and saved[0]["results"] == ["loss after 10 steps: 2.5"]
+
+
+@pytest.mark.parametrize(
+    ("name", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.4),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("Tesla T4", None),
+        (None, None),
+    ],
+)
+def test_mfu_is_measured_against_the_gpus_own_bf16_peak(name, peak):
+    assert gpu_check.peak_tflops(name) == peak
+
+
+def test_the_readme_gives_the_one_device_command_and_the_wheel_count():
+    readme = (ROOT / "README.md").read_text()
+    assert 'python3 benchmarks/gpu_check.py --out "$OUT"' in readme
+    assert f"the {len(gpu_check.WHEEL_PINS)} wheels it lacks" in readme
+    assert "make gpu-wheels" in readme and "GPU_CHECK_DEVICE=cpu" in readme

@@ -121,12 +121,13 @@ def exact_float32():
     """Full float32 precision on CUDA while a check runs (no TF32), restored exactly afterwards.
 
     Why switch TF32 off rather than widen the tolerances: on Ampere and later GPUs, cuDNN runs
-    float32 convolutions in TF32 by default (and matmuls too once a program asks for "high"
-    precision), which keeps 10 bits of mantissa: errors of ~1e-3 relative. A float32 tolerance
-    loose enough for that would also let through catalogued mistakes that differ by as little
-    (an unbiased variance on a wide row, eps inside the square root, ...), and the student's code
-    and the reference would compare at TF32's precision, not float32's. So the checks compute in
-    IEEE float32 on every device, and the learner's own training keeps whatever they chose.
+    float32 convolutions in TF32 by default (ViT's patch Conv2d; matmuls too once a program asks
+    for "high" precision). TF32 keeps 10 bits of mantissa, so its error is ~1e-3 relative and
+    grows with the length of the sum: no fixed tolerance bounds it, and one wide enough would be
+    ten times float32's. With TF32 off, one tolerance per dtype holds on every device and a
+    student's code gets the same verdict, and the same named mistake, on the CPU and on a GPU
+    (what the GPU check's catalogue step verifies). The learner's own training keeps whatever
+    they chose: only the check's own computation runs in IEEE float32.
 
     PyTorch 2.9 added per-backend ``fp32_precision`` strings beside the legacy ``allow_tf32``
     flags and refuses to read a legacy flag that disagrees with them; so both are set

@@ -12,7 +12,7 @@ PORT   ?= 8888
 PYTEST_ARGS ?=
 
 .PHONY: lab instructor-lab test install lint format exercises benchmark clean \
-	release collect grade feedback export report
+	release collect grade feedback export report gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -80,6 +80,18 @@ benchmark: $(STAMP)
 	$(PY) benchmarks/bench_gpt_step.py
 	$(PY) benchmarks/check_latency.py
 	$(PY) benchmarks/notebook_times.py
+
+# The GPU check (benchmarks/gpu_check.py; README "On a GPU"). Here, once: `make gpu-wheels` puts
+# the wheels a bare CUDA machine lacks (the Jupyter stack, for the lectures) in benchmarks/gpu_wheels/
+# (git-ignored, < 40 MB). There: `make gpu-check` (no venv, the machine's own python3 and torch),
+# report in $$OUT or gpu_check_out/. `make gpu-check GPU_CHECK_DEVICE=cpu`: the CPU dry run.
+GPU_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+
+gpu-wheels: $(STAMP)
+	$(PY) benchmarks/gpu_check.py wheels
+
+gpu-check:
+	$(if $(GPU_CHECK_DEVICE),GPU_CHECK_DEVICE=$(GPU_CHECK_DEVICE)) $(GPU_PY) benchmarks/gpu_check.py
 
 # Instructors: one target per step, e.g.
 #   make release ASSIGNMENT=02_qkv_attention [EXCHANGE=/srv/nbgrader/exchange]

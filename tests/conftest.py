@@ -28,12 +28,17 @@ TOLERANCES = {
 
 
 @pytest.fixture(params=DEVICES)
-def device(request) -> torch.device:
+def device(request):
     """torch.device("cpu"), or the current CUDA device with its index (so that it compares equal
-    to a tensor's .device)."""
+    to a tensor's .device). On CUDA the test runs without TF32, as the checks do
+    (`check.exact_float32`): the float32 tolerances below are float32's, not TF32's."""
     if request.param == "cuda":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device(request.param)
+        from transformer_lab.check import exact_float32
+
+        with exact_float32():
+            yield torch.device("cuda", torch.cuda.current_device())
+        return
+    yield torch.device(request.param)
 
 
 @pytest.fixture(params=DTYPES, ids=["float32", "float64"])

@@ -65,10 +65,19 @@ def fused_attention(
     Used by the model classes when nobody asks for the attention weights; the tests prove it
     equal to `scaled_dot_product_attention`. With is_causal the caller promises that `mask` is
     the causal mask (L, L): the kernel masks by itself (faster) and does not read it.
+
+    A query whose keys are all masked gets a zero output, as in the written-out version, on
+    every device: PyTorch's kernels disagree on such rows (the CPU kernel gives zeros, a CUDA
+    kernel may give NaN, and NaN in its backward reaches every key's gradient), so those rows
+    attend to every key inside the kernel and their output is then set to zero.
     """
     if is_causal:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+    dead = ~mask.any(dim=-1, keepdim=True)  # (..., L_q, 1): queries with no key to attend to
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | dead, dropout_p=dropout_p)
+    return out.masked_fill(dead, 0.0)
 
 
 class SelfAttention(nn.Module):

@@ -63,13 +63,22 @@ def setup(backend: str | None = None) -> tuple[int, int, torch.device]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    device = torch.device(f"cuda:{local_rank}") if cuda else torch.device("cpu")
-    if cuda:
+    device, default_backend = device_for(local_rank, world)
+    if device.type == "cuda":
         torch.cuda.set_device(device)
     if world > 1:
-        dist.init_process_group(backend or ("nccl" if cuda else "gloo"))
+        dist.init_process_group(backend or default_backend)
     return rank, world, device
+
+
+def device_for(local_rank: int, world: int) -> tuple[torch.device, str]:
+    """(device, backend) of one process: a GPU of its own and NCCL when there is one GPU per
+    process, else the CPU and gloo. NCCL refuses two processes on one GPU, so two processes on a
+    one-GPU machine (a laptop, Colab, a single H100) train on the CPU."""
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n_gpus >= world:
+        return torch.device("cuda", local_rank), "nccl"
+    return torch.device("cpu"), "gloo"
 
 
 def teardown() -> None:

@@ -108,7 +108,8 @@ def tiled_attention(
         q: queries, (..., L_q, d_k)
         k: keys, (..., L_k, d_k)
         v: values, (..., L_k, d_v)
-        mask: optional bool tensor broadcastable to (..., L_q, L_k); True means "may attend".
+        mask: optional bool tensor broadcastable to (..., L_q, L_k); True means "may attend". A
+            1-D key mask (L_k,) and a mask that broadcasts over the keys (last dimension 1) work.
         block_size: keys per block (any int ≥ 1; L_k need not be a multiple of it).
 
     Returns:
@@ -128,7 +129,11 @@ def tiled_attention(
         s = q @ k_b.transpose(-2, -1) * scale  # (..., L_q, |B|)
         if mask is not None:
             # the global key index: columns start .. start + |B| (a key-broadcast mask has 1)
-            mask_b = mask if mask.shape[-1] == 1 else mask[..., start : start + block_size]
+            mask_b = (
+                mask
+                if mask.dim() == 0 or mask.shape[-1] == 1
+                else mask[..., start : start + block_size]
+            )
             s = s.masked_fill(~mask_b, float("-inf"))
         if m is None:  # before the first block: m = −inf, l = 0, o = 0
             m = s.new_full(s.shape[:-1], float("-inf"))

@@ -488,17 +488,18 @@ def sample_next(
     temperature T divides the logits: T < 1 sharpens the distribution, T > 1 flattens it, and
     T = 0 (like top_k=1) means greedy decoding: the argmax. top_k keeps only the k largest
     logits (ties with the k-th are kept) and renormalises; k above V keeps everything.
-    `generator` (a torch.Generator on the logits' device) makes the draw reproducible.
+    `generator` (a torch.Generator) makes the draw reproducible. The draw happens where the
+    generator lives: a CPU generator (``torch.Generator()``, what a notebook usually makes) with
+    logits on a GPU draws on the CPU and returns the ids on the logits' device, so one seed gives
+    the same tokens on every device.
     """
-    if generator is not None and generator.device.type != logits.device.type:
-        raise ValueError(
-            f"generator is on {generator.device} but logits are on {logits.device}; "
-            f"make it with torch.Generator(device={str(logits.device)!r})"
-        )
     probs = next_token_probs(logits, temperature, top_k)  # checks the arguments
     if temperature == 0 or top_k == 1:
         return probs.argmax(dim=-1)  # greedy: nothing to draw
     probs = probs.to(torch.promote_types(probs.dtype, torch.float32))
+    if generator is not None and generator.device.type != probs.device.type:
+        draw = torch.multinomial(probs.to(generator.device), num_samples=1, generator=generator)
+        return draw.squeeze(-1).to(logits.device)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 

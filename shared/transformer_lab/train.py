@@ -2,6 +2,7 @@
 
 quick_mode()       True when TRANSFORMER_LAB_QUICK=1 (CI shrinks every training run)
 get_device()       TRANSFORMER_LAB_DEVICE, else cuda, else mps, else cpu
+low_precision_dtype(device)   bfloat16 where the device has it, else float16 (saying so)
 seed_everything()  Python, NumPy and torch seeds in one call
 progress()         a tqdm bar that renders as a widget in Jupyter and as text elsewhere
 fit()              the loop: batch -> loss -> backward -> (clip) -> step; returns the losses
@@ -38,6 +39,38 @@ def get_device() -> torch.device:
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def low_precision_dtype(
+    device: torch.device | str | None = None, verbose: bool = True
+) -> torch.dtype:
+    """The 16-bit type for autocast and half-precision benchmarks on `device` (default: get_device()).
+
+    bfloat16 where the hardware has it: CPUs, and NVIDIA GPUs from Ampere on (compute capability
+    8.0: A100, RTX 30xx, L4, H100). Older GPUs (Colab's T4 is 7.5, a V100 7.0) only emulate
+    bfloat16, many times slower, so they get float16, and a line saying so (float16's range is
+    narrower: train with torch.amp.GradScaler). MPS: float16.
+    """
+    device = torch.device(device) if device is not None else get_device()
+    if device.type == "cuda":
+        try:
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch before 2.3 has no including_emulation
+            native = torch.cuda.is_bf16_supported()
+        if native:
+            return torch.bfloat16
+        if verbose:
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(index)
+            print(
+                f"{torch.cuda.get_device_name(index)} (compute capability {major}.{minor}) has no "
+                "native bfloat16 (it needs 8.0, Ampere or later): using float16 instead; "
+                "train with torch.amp.GradScaler"
+            )
+        return torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.bfloat16
 
 
 def seed_everything(seed: int) -> None:

@@ -23,6 +23,8 @@ def _plt():
 
 
 def _as_numpy(x):
+    """A float64 NumPy array of x; a tensor on any device (CUDA, MPS) is brought to the CPU first
+    (.numpy() refuses a tensor that is not on the CPU)."""
     if isinstance(x, torch.Tensor):
         return x.detach().to("cpu", torch.float64).numpy()
     import numpy as np
@@ -140,12 +142,14 @@ def plot_losses(
     else:
         ax.plot(losses, color="C0", label=label)
     for i, (name, values) in enumerate(curves.items(), start=1):
-        values = list(values)
+        values = list(values)  # floats or 0-d tensors on any device: float() brings them over
         if values and isinstance(values[0], (tuple, list)):
             steps, ys = zip(*values)
-            ax.plot(steps, ys, "o-", color=f"C{i}", label=name)
+            ax.plot(
+                [float(s) for s in steps], [float(y) for y in ys], "o-", color=f"C{i}", label=name
+            )
         else:
-            ax.plot(values, color=f"C{i}", label=name)
+            ax.plot([float(y) for y in values], color=f"C{i}", label=name)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     if log:

@@ -9,7 +9,9 @@ implementations drawing *other* random streams pass.
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -109,6 +111,37 @@ def permutation_tensors(tokens, eos_id, generator=None):
     return torch.cat([sentences[i] for i in order] + [rest])
 
 
+def permutation_fisher_yates(tokens, eos_id, generator=None):
+    """Fisher-Yates by hand: position i (from the end) swaps with a j in 0..i, drawn uniformly."""
+    sentences, current = [], []
+    for t in tokens.tolist():
+        current.append(t)
+        if t == eos_id:
+            sentences.append(current)
+            current = []
+    for i in range(len(sentences) - 1, 0, -1):
+        j = int(torch.randint(i + 1, (), generator=generator))
+        sentences[i], sentences[j] = sentences[j], sentences[i]
+    return tokens.new_tensor([t for s in sentences for t in s] + current)
+
+
+def permutation_biased_swap(tokens, eos_id, generator=None):
+    """The textbook biased shuffle: position i swaps with *any* j in 0..n-1. Its n^n equally
+    likely paths do not split evenly over the n! orders: for 3 sentences 4/27 to 5/27 instead of
+    1/6, for 4 sentences 8/256 to 15/256 instead of 1/24."""
+    sentences, current = [], []
+    for t in tokens.tolist():
+        current.append(t)
+        if t == eos_id:
+            sentences.append(current)
+            current = []
+    n = len(sentences)
+    for i in range(n):
+        j = int(torch.randint(n, (), generator=generator))
+        sentences[i], sentences[j] = sentences[j], sentences[i]
+    return tokens.new_tensor([t for s in sentences for t in s] + current)
+
+
 def rotation_roll(tokens, generator=None):
     if len(tokens) == 0:
         return tokens.clone()
@@ -128,6 +161,7 @@ GOOD = [
     ("text_infilling", infilling_cumsum),
     ("sentence_permutation", permutation_lists),
     ("sentence_permutation", permutation_tensors),
+    ("sentence_permutation", permutation_fisher_yates),
     ("document_rotation", rotation_roll),
     ("document_rotation", rotation_index),
 ]
@@ -396,6 +430,63 @@ def test_biased_swap_shuffle_fails_the_uniformity_test():
     _fails("sentence_permutation", always_swap_first_two, "never came out", thorough=False)
 
 
+def _biased_swap_order_probabilities(n: int) -> list[float]:
+    """The exact distribution of permutation_biased_swap's orders: its n^n paths enumerated."""
+    counts = dict.fromkeys(itertools.permutations(range(n)), 0)
+    for js in itertools.product(range(n), repeat=n):
+        order = list(range(n))
+        for i, j in enumerate(js):
+            order[i], order[j] = order[j], order[i]
+        counts[tuple(order)] += 1
+    return [c / n**n for c in counts.values()]
+
+
+def test_biased_swap_shuffle_lies_inside_every_per_order_band():
+    """Why the chi-square test is needed: the visible check's per-order bands hold this shuffle's
+    counts for 3 sentences (its expected counts 44.4..55.6 over 300 draws lie inside the band)."""
+    probs = _biased_swap_order_probabilities(3)
+    assert sorted({round(27 * p) for p in probs}) == [4, 5]
+    lo, hi = lesson10_properties.binomial_band(300, 1 / 6, lesson10_properties.FALSE_FAILURE / 6)
+    assert all(lo < 300 * p < hi for p in probs)
+    assert check.sentence_permutation(permutation_biased_swap) is None  # visible: not caught
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_biased_swap_shuffle_fails_the_chi_square_test(offset):
+    """The thorough check catches it, with its own seeds and with two other random streams."""
+    impl = permutation_biased_swap if offset == 0 else _reseeded(permutation_biased_swap, offset)
+    message = _fails("sentence_permutation", impl, "chi-square")
+    assert "Likely mistake" not in message  # not a catalogued mistake: no wrong name
+    stat = float(re.search(r"chi-square ([0-9.]+)", message).group(1))
+    assert stat > 1.5 * lesson10_properties.chi_square_threshold(23, 1e-7), message
+
+
+def test_chi_square_threshold_and_the_biased_shuffles_margin():
+    """The threshold (df = 23, level 1e-7) and the biased shuffle's expected statistic over the
+    thorough check's 6000 draws of 4 sentences: its noncentrality 6000 · 24 Σ (p − 1/24)² ≈ 179
+    on top of the 23 a fair shuffle averages, about 2.6 times the threshold."""
+    sf = lesson10_properties.chi_square_sf
+    # even df: the closed form P(X > x) = e^(-x/2) Σ_{i < df/2} (x/2)^i / i!
+    for df in (2, 4, 10, 24):
+        for x in (0.3, 5.0, 23.0, 80.0, 150.0):
+            exact = math.exp(-x / 2) * sum((x / 2) ** i / math.factorial(i) for i in range(df // 2))
+            assert math.isclose(sf(x, df), exact, rel_tol=1e-9, abs_tol=1e-300), (df, x)
+    # odd df = 1: P(X > x) = erfc(sqrt(x / 2))
+    for x in (0.3, 5.0, 30.0):
+        assert math.isclose(sf(x, 1), math.erfc(math.sqrt(x / 2)), rel_tol=1e-9)
+    threshold = lesson10_properties.chi_square_threshold(23, lesson10_properties.FALSE_FAILURE)
+    assert math.isclose(sf(threshold, 23), lesson10_properties.FALSE_FAILURE, rel_tol=1e-6)
+    assert 76.8 < threshold < 77.0
+    probs = _biased_swap_order_probabilities(4)
+    assert min(probs) == 8 / 256 and max(probs) == 15 / 256
+    noncentrality = 6000 * 24 * sum((p - 1 / 24) ** 2 for p in probs)
+    assert 178 < noncentrality < 180
+    # its statistic's spread is about sqrt(2 (df + 2 noncentrality)) ≈ 27: the threshold lies
+    # 4.7 of them below the mean (the noncentral tail below it is about 1e-8)
+    mean, sd = 23 + noncentrality, math.sqrt(2 * (23 + 2 * noncentrality))
+    assert (mean - threshold) / sd > 4.5
+
+
 def test_rotation_that_reverses_fails():
     def reversed_rotation(tokens, generator=None):
         return rotation_roll(tokens, generator).flip(0)
@@ -446,7 +537,7 @@ def test_check_does_not_touch_the_global_seed():
 
 
 def test_binomial_bands_leave_less_than_their_level_outside():
-    for n, k in [(300, 6), (600, 6), (960, 24), (1600, 4), (1750, 7)]:
+    for n, k in [(300, 6), (600, 6), (6000, 24), (1600, 4), (1750, 7)]:
         alpha = lesson10_properties.FALSE_FAILURE / k
         lo, hi = lesson10_properties.binomial_band(n, 1 / k, alpha)
         pmf = [math.exp(lesson10_properties._log_binom_pmf(x, n, 1 / k)) for x in range(n + 1)]

@@ -87,8 +87,11 @@ def tiled_queries_and_keys(q, k, v, mask=None, block_size=64):
 
 
 def tiled_plain(q, k, v, mask=None, block_size=64):
-    """The loop over key blocks with Tensor methods, the max detached (it cancels)."""
+    """The loop over key blocks with Tensor methods, the max detached (it cancels); a mask that
+    broadcasts over the keys is expanded to L_k columns first, so every block can slice it."""
     d = q.shape[-1]
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k.shape[-2])
     m = l_run = out = None
     for j in range(0, k.shape[-2], block_size):
         s = q.matmul(k[..., j : j + block_size, :].mT) / d**0.5
@@ -196,6 +199,61 @@ def test_block_local_mask_lets_queries_see_the_future():
     with pytest.raises(check.CheckFailed) as info:
         check.tiled_attention(mistake.impl)
     assert "causal mask" in info.value.case
+
+
+def tiled_slicing_every_mask(q, k, v, mask=None, block_size=64):
+    """Right for (..., L_q, L_k) masks, but slices the mask's last dimension per block even when
+    it is 1 (broadcast over the keys): the second block gets an empty slice and crashes."""
+    return tiled_plain_unexpanded(q, k, v, mask, block_size)
+
+
+def tiled_plain_unexpanded(q, k, v, mask, block_size):
+    d = q.shape[-1]
+    m = l_run = out = None
+    for j in range(0, k.shape[-2], block_size):
+        s = q.matmul(k[..., j : j + block_size, :].mT) / d**0.5
+        if mask is not None:
+            s = s.masked_fill(mask[..., j : j + block_size].logical_not(), NEG_INF)
+        if m is None:
+            m = torch.full_like(s.amax(-1), NEG_INF)
+            l_run = torch.zeros_like(m)
+            out = s.new_zeros(*s.shape[:-1], v.shape[-1])
+        m_new = torch.maximum(m, s.amax(-1))
+        m_safe = m_new.nan_to_num(neginf=0.0)
+        alpha = (m.nan_to_num(neginf=0.0) - m_safe).exp()
+        p = (s - m_safe[..., None]).exp()
+        l_run = l_run * alpha + p.sum(-1)
+        out = out * alpha[..., None] + p @ v[..., j : j + block_size, :]
+        m = m_new
+    return out / torch.where(l_run == 0, 1.0, l_run)[..., None]
+
+
+def test_a_mask_broadcast_over_the_keys_is_a_visible_case():
+    """The contract's mask is anything broadcastable to (..., L_q, L_k): a last dimension of 1
+    too. Slicing it per block crashes from the second block on; the visible check says so."""
+    with pytest.raises(check.CheckFailed) as info:
+        check.tiled_attention(tiled_slicing_every_mask)
+    assert "(6, 1) broadcast over the keys" in info.value.case
+    assert "raised RuntimeError" in info.value.problem
+
+
+@pytest.mark.parametrize(
+    "shape", [(11,), (5, 1), (2, 1, 5, 1), (1, 2, 1, 1), ()], ids=lambda s: str(s)
+)
+def test_the_reference_takes_every_broadcastable_mask(shape):
+    from transformer_lab.attention import scaled_dot_product_attention
+    from transformer_lab.efficient import tiled_attention
+
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 2, 5, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 2, 11, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 2, 11, 4, generator=g, dtype=torch.float64)
+    mask = torch.rand(shape, generator=g) < 0.6
+    expected = scaled_dot_product_attention(q, k, v, mask)[0]
+    for block_size in (1, 4, 64):
+        got = tiled_attention(q, k, v, mask, block_size=block_size)
+        assert torch.allclose(got, expected, atol=1e-12), (shape, block_size)
+        assert torch.allclose(tiled_plain(q, k, v, mask, block_size), expected, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -92,7 +92,8 @@ def _mutant_run(tmp_path, patch: str) -> dict:
 def test_two_processes_follow_the_single_process_loss_curve(runs):
     one, two, _ = runs
     assert one["world_size"] == 1 and two["world_size"] == 2
-    assert two["backend"] == ("nccl" if torch.cuda.is_available() else "gloo")
+    two_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+    assert two["backend"] == ("nccl" if two_gpus else "gloo")
     assert len(one["losses"]) == len(two["losses"]) == CFG.steps
     assert one["losses"][-1] < one["losses"][0]  # it trains
     diff = max(abs(a - b) for a, b in zip(one["losses"], two["losses"]))
@@ -122,6 +123,26 @@ def test_mutants_do_not_match_the_single_process_run(runs, tmp_path, patch):
     mutant = _mutant_run(tmp_path, patch)
     diff = max(abs(a - b) for a, b in zip(one["losses"], mutant["losses"]))
     assert diff > 100 * LOSS_TOL, f"a wrong DDP run matched the single process (diff {diff})"
+
+
+@pytest.mark.parametrize(
+    ("gpus", "world", "local_rank", "expected"),
+    [
+        (0, 1, 0, ("cpu", "gloo")),
+        (0, 2, 1, ("cpu", "gloo")),
+        (1, 1, 0, ("cuda:0", "nccl")),
+        (1, 2, 1, ("cpu", "gloo")),  # one GPU, two processes: NCCL would refuse; no cuda:1
+        (2, 2, 1, ("cuda:1", "nccl")),
+        (8, 2, 0, ("cuda:0", "nccl")),
+    ],
+)
+def test_each_process_gets_a_gpu_of_its_own_or_the_cpu(
+    monkeypatch, gpus, world, local_rank, expected
+):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    device, backend = dist_train.device_for(local_rank, world)
+    assert (str(device), backend) == expected
 
 
 def test_a_global_batch_must_split_evenly():

@@ -9,7 +9,8 @@ scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
 - ``drivers``: how an exercise is run (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``,
   ``TrialDriver``, ``CustomDriver``) on identical inputs and weights;
 - ``forbid``: the built-ins and references switched off while the student's code runs;
-- ``feedback``: how a failed check looks in a notebook (a short message, the student's own frames);
+- ``feedback``: how a failed check looks in a notebook (a short message, the student's own frames;
+  one line for an exercise not written yet);
 - ``lessonNN``: one module per lesson declaring its exercises (each an ``Exercise``, which is
   its own check), their cases and their catalogued mistakes; a lesson whose checks would pass
   ~600 lines continues in ``lessonNN_<topic>`` modules (08, 09, 10), imported in course order.
@@ -61,7 +62,9 @@ from .engine import (
     Exercise,
     ImplementThisYourself,
     Mistake,
+    NotWrittenYet,
     available_devices,
+    exact_float32,
     fail,
     forbid,
     grading_mode,
@@ -99,8 +102,10 @@ __all__ = [
     "ImplementThisYourself",
     "Mistake",
     "ModuleDriver",
+    "NotWrittenYet",
     "TrialDriver",
     "available_devices",
+    "exact_float32",
     "fail",
     "forbid",
     "grading_mode",

@@ -100,8 +100,10 @@ def _student_call(ex, student_obj, call, what: str, case_text: str | None = None
     """call() under the exercise's forbidden names; the student's own exception fails the check."""
     try:
         return ex.run_student(student_obj, call)
-    except (ImplementThisYourself, NotImplementedError):
+    except ImplementThisYourself:
         raise
+    except NotImplementedError as err:  # an untouched stub says so in one line
+        _engine._not_implemented(ex, student_obj, err, what, case_text)
     except Exception as err:
         fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, cause=err)
 

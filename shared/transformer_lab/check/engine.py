@@ -27,7 +27,9 @@ per kind of exercise); ``check.forbid`` switches the forbidden names off.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ import torch
 from torch import nn
 
 from ..registry import EXERCISES, GRADING_ENV, grading_mode  # noqa: F401 (GRADING_ENV: re-export)
-from .feedback import render
+from .feedback import not_written_sentence, render, student_frames, unwritten, wrap
 from .forbid import ImplementThisYourself, forbid, resolve  # noqa: F401 (re-exported)
 
 # (atol, rtol) per dtype; accelerators get a little more room for float32 (different kernels).
@@ -82,15 +84,124 @@ class CheckFailed(AssertionError):
         return render(self)
 
 
+class NotWrittenYet(NotImplementedError):
+    """The check reached an exercise's untouched stub (nbgrader's ``raise NotImplementedError()``).
+
+    IPython shows one line, ``✗ `online_softmax` is not written yet: fill in the cell above.``, not
+    a traceback through the engine. It is still a NotImplementedError, and it is *named* one
+    (``__name__``): what the kernel records as the error's ``ename`` and what grading reads as
+    "not attempted" stay as they were; the cell fails, so nbgrader gives it no points.
+    ``exercise`` is the check's name, ``function`` the stub that raised.
+    """
+
+    unwritten = True  # check/feedback.py renders it as its one line
+
+    def __init__(self, message: str, *, exercise: str | None = None, function: str | None = None):
+        super().__init__(message)
+        self.exercise, self.function = exercise, function
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        return render(self)
+
+
+NotWrittenYet.__name__ = "NotImplementedError"
+
+
+def _not_implemented(
+    ex: Exercise, student_obj, err: NotImplementedError, what: str = "your code", case=None
+) -> NoReturn:
+    """The student's code raised `err`: an untouched stub raises NotWrittenYet (one line); a
+    NotImplementedError their own code raised for another reason fails the check like any other
+    error; one raised outside their code (no frame of theirs) is raised again unchanged."""
+    if isinstance(err, NotWrittenYet):
+        raise err
+    found = unwritten(err, student_obj)
+    if found is not None:
+        name, direct = found
+        raise NotWrittenYet(
+            not_written_sentence(name, direct, ex.name), exercise=ex.name, function=name
+        ) from None
+    if student_frames(err.__traceback__):
+        fail(ex, f"{what} raised NotImplementedError: {err}", case, cause=err)
+    raise err
+
+
+# The devices the thorough checks may use, e.g. "cuda" (GPU check: the catalogue on CUDA alone) or
+# "cpu"; unset: every device present. Devices named here but absent are left out.
+CHECK_DEVICES_ENV = "TRANSFORMER_LAB_CHECK_DEVICES"
+
+
 def available_devices() -> list[torch.device]:
-    """The CPU plus every accelerator present (CUDA, MPS)."""
+    """The CPU plus every accelerator present (CUDA, MPS); only those named in
+    $TRANSFORMER_LAB_CHECK_DEVICES (comma-separated types) when it is set."""
     found = [torch.device("cpu")]
     if torch.cuda.is_available():
         found.append(torch.device("cuda"))
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         found.append(torch.device("mps"))
+    wanted = os.environ.get(CHECK_DEVICES_ENV, "").strip()
+    if wanted:
+        names = {name.strip() for name in wanted.split(",") if name.strip()}
+        unknown = names - {"cpu", "cuda", "mps"}
+        if unknown:
+            raise ValueError(
+                f"{CHECK_DEVICES_ENV}={wanted!r}: unknown device type(s) {sorted(unknown)}; "
+                "use cpu, cuda or mps"
+            )
+        found = [d for d in found if d.type in names]
+        if not found:
+            raise RuntimeError(
+                f"{CHECK_DEVICES_ENV}={wanted!r} names no device present here "
+                f"(present: cpu{', cuda' if torch.cuda.is_available() else ''})"
+            )
     return found
+
+
+@contextlib.contextmanager
+def exact_float32():
+    """Full float32 precision on CUDA while a check runs (no TF32), restored exactly afterwards.
+
+    Why switch TF32 off rather than widen the tolerances: on Ampere and later GPUs, cuDNN runs
+    float32 convolutions in TF32 by default (ViT's patch Conv2d; matmuls too once a program asks
+    for "high" precision). TF32 keeps 10 bits of mantissa, so its error is ~1e-3 relative and
+    grows with the length of the sum: no fixed tolerance bounds it, and one wide enough would be
+    ten times float32's. With TF32 off, one tolerance per dtype holds on every device and a
+    student's code gets the same verdict, and the same named mistake, on the CPU and on a GPU
+    (what the GPU check's catalogue step verifies). The learner's own training keeps whatever
+    they chose: only the check's own computation runs in IEEE float32.
+
+    PyTorch 2.9 added per-backend ``fp32_precision`` strings beside the legacy ``allow_tf32``
+    flags and refuses to read a legacy flag that disagrees with them; so both are set
+    consistently (the legacy setters first, which update both), and both are put back.
+    """
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    new_api = [
+        (obj, "fp32_precision")
+        for obj in (matmul, getattr(cudnn, "conv", None), getattr(cudnn, "rnn", None))
+        if obj is not None and hasattr(obj, "fp32_precision")
+    ]
+    saved_new = [(obj, attr, getattr(obj, attr)) for obj, attr in new_api]
+    saved_legacy = []
+    for getter, setter in (
+        (lambda: torch.get_float32_matmul_precision(), torch.set_float32_matmul_precision),
+        (lambda: cudnn.allow_tf32, lambda value: setattr(cudnn, "allow_tf32", value)),
+    ):
+        try:  # a state the program mixed from both APIs cannot be read the legacy way
+            saved_legacy.append((setter, getter()))
+        except RuntimeError:
+            pass
+    torch.set_float32_matmul_precision("highest")
+    cudnn.allow_tf32 = False
+    for obj, attr, _ in saved_new:
+        setattr(obj, attr, "ieee")
+    try:
+        yield
+    finally:
+        for setter, value in saved_legacy:
+            setter(value)
+        for obj, attr, value in saved_new:
+            setattr(obj, attr, value)
 
 
 def _dtypes_for(device: torch.device) -> list[torch.dtype]:
@@ -268,6 +379,8 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
     if expected.dtype == torch.bool or not expected.is_floating_point():
         if torch.equal(got, expected):
             return None
+        if got.numel() == 1:  # a scalar: no index to give
+            return f"{what} differs: got {got.item()}, expected {expected.item()}"
         where = (got != expected).flatten().nonzero()[0].item()
         return (
             f"{what} differs at index {_fmt_index(where, got.shape)}: "
@@ -275,19 +388,28 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
         )
     atol, rtol = _tolerance(dtype, device)
     g, e = got.detach().double().cpu(), expected.detach().double().cpu()
+    scalar = g.numel() == 1  # one value: no index and no count to give
+    tolerance = f"tolerance atol={atol:g}, rtol={rtol:g} for {str(dtype).replace('torch.', '')}"
     bad_nan = g.isnan() & ~e.isnan()
     if bad_nan.any():
         where = bad_nan.flatten().nonzero()[0].item()
+        reference = f"where the reference gives {e.flatten()[where].item():.6g}"
+        if scalar:
+            return f"{what} contains NaN {reference}"
         return (
             f"{what} contains NaN ({int(bad_nan.sum())} of {g.numel()} entries, first at index "
-            f"{_fmt_index(where, g.shape)}) where the reference gives {e.flatten()[where].item():.6g}"
+            f"{_fmt_index(where, g.shape)}) {reference}"
         )
     bad_inf = g.isinf() & ~e.isinf()
     if bad_inf.any():
         where = bad_inf.flatten().nonzero()[0].item()
+        if scalar:
+            return f"{what} contains inf where the reference gives {e.item():.6g}"
         return f"{what} contains inf (first at index {_fmt_index(where, g.shape)})"
     if torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
         return None
+    if scalar:
+        return f"{what} differs: got {g.item():.6g}, expected {e.item():.6g} ({tolerance})"
     diff = (g - e).abs().nan_to_num(0.0)
     where = diff.flatten().argmax().item()
     n_bad = int((diff > atol + rtol * e.abs()).sum())
@@ -295,7 +417,7 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
         f"{what} differs in {n_bad} of {g.numel()} entries; the largest difference is "
         f"{diff.flatten()[where].item():.3g} at index {_fmt_index(where, g.shape)} "
         f"(got {g.flatten()[where].item():.6g}, expected {e.flatten()[where].item():.6g}; "
-        f"tolerance atol={atol:g}, rtol={rtol:g} for {str(dtype).replace('torch.', '')})"
+        f"{tolerance})"
     )
 
 
@@ -408,7 +530,11 @@ def _passed(
     ex: Exercise, student_obj, n_cases: int, thorough: bool, seconds: float, what: str
 ) -> None:
     kind = "thorough" if thorough else "visible"
-    print(f"✓ {ex.name}: all {n_cases} {kind} checks passed ({what}; {seconds:.2f} s)")
+    print(
+        "\n".join(
+            wrap(f"✓ {ex.name}: all {n_cases} {kind} checks passed ({what}; {seconds:.2f} s)")
+        )
+    )
     if not grading_mode():
         from .. import student as _student
 
@@ -437,7 +563,10 @@ def _run_driver(ex: Exercise, student_obj, thorough: bool, driver) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: one thread is several times faster on a busy CPU
     try:
-        n = driver.run(ex, student_obj, thorough)
+        with exact_float32():  # no TF32 on a GPU: float32 compared as float32 (see its docstring)
+            n = driver.run(ex, student_obj, thorough)
+    except NotImplementedError as err:  # what a driver or a lesson's own check let through
+        _not_implemented(ex, student_obj, err)
     finally:
         torch.set_num_threads(threads)
     n, what = n if isinstance(n, tuple) else (n, driver.covered(thorough))

@@ -14,12 +14,21 @@ failed; only the lines shown change:
 When the student's own code raised, the message shows their frames (notebook cell and line, or
 their file), never the frames of the check machinery or of torch, then the case that triggered
 it. Outside IPython nothing here is used; ``str(err)`` is the same everywhere.
+
+Lines are wrapped at spaces to `WIDTH` characters (JupyterLab's outputs would break them
+mid-word), never inside a word or a `code` span.
+
+An exercise not written yet (nbgrader's stub, ``raise NotImplementedError()``, reached by the
+check) is one line, ``✗ `online_softmax` is not written yet: fill in the cell above.`` (see
+:func:`unwritten`; the engine raises ``NotWrittenYet``).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 import sysconfig
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -31,6 +40,8 @@ ANSI_RESET = "\x1b[0m"
 MISTAKE = "Likely mistake: "
 HEADLINE_MARK = "✗ "
 MAX_FRAMES = 4
+WIDTH = 88  # longer message lines are wrapped at a space: JupyterLab's outputs break mid-word
+INDENT = "  "  # a wrapped line's continuation
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # transformer_lab/
 _NAMED = re.compile(r"(?P<name>[A-Za-z_]\w*): (?P<rest>.*)", re.S)
@@ -131,6 +142,104 @@ def cause_of(err: BaseException) -> BaseException | None:
     return cause
 
 
+def _code_name(code, frame=None) -> str:
+    """'split_heads', 'LayerNorm.forward' (a method), without '<locals>' parts."""
+    name = getattr(code, "co_qualname", None)  # Python 3.11+
+    if name is None:
+        name = code.co_name
+        owner = frame.f_locals.get("self") if frame is not None else None
+        if owner is not None and hasattr(type(owner), code.co_name):
+            name = f"{type(owner).__name__}.{code.co_name}"
+    return name.replace("<locals>.", "")
+
+
+def _own_functions(obj) -> list[tuple[str, object]]:
+    """(name, function) for the code the student wrote as `obj`: the function itself, or each
+    method of a class ('LayerNorm.forward'), torch's classes and `object` left out."""
+    if not isinstance(obj, type):
+        fn = inspect.unwrap(obj) if callable(obj) else obj
+        return [(getattr(obj, "__name__", "?"), fn)] if hasattr(fn, "__code__") else []
+    found = []
+    for klass in obj.__mro__:
+        if klass is object or klass.__module__.split(".")[0] == "torch":
+            continue
+        for key, value in vars(klass).items():
+            value = value.fget if isinstance(value, property) else value
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__code__"):
+                found.append((f"{klass.__name__}.{key}", value))
+    return found
+
+
+def unwritten(err: BaseException, student_obj=None) -> tuple[str, bool] | None:
+    """(name, direct) when `err` comes from an untouched stub: a ``NotImplementedError()`` without
+    a message (nbgrader's ``raise NotImplementedError()``) raised by a line of the student's own
+    code, not by torch or the course. `name` is the function that raised ('online_softmax',
+    'LayerNorm.forward'); `direct` says whether it is `student_obj` itself (or one of its
+    methods) rather than a helper it calls. Any other NotImplementedError (one with a message, or
+    one raised inside torch) is an ordinary error of the student's code: None.
+    """
+    if type(err) is not NotImplementedError or any(str(a) for a in err.args):
+        return None
+    tb = err.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if code.co_name == "<module>" or _is_hidden(code.co_filename):
+        return None
+    for name, fn in _own_functions(student_obj):
+        if fn.__code__ is code:
+            return name, True
+    return _code_name(code, tb.tb_frame), False
+
+
+def not_written_sentence(name: str, direct: bool, exercise: str) -> str:
+    """The one line for an exercise that is not written yet."""
+    if direct:
+        return f"`{name}` is not written yet: fill in the cell above."
+    return f"`{name}` is not written yet: fill in its cell (`{exercise}` calls it)."
+
+
+_UNBREAKABLE = re.compile(r"`[^`\n]+`|\([^()\n]{1,24}\)")  # code spans, short groups: shapes
+_KEEP = "\x00"  # a space that may not break, while wrapping
+
+
+def wrap(text: str, width: int = WIDTH) -> list[str]:
+    """`text` as lines of at most `width` characters where it can: broken only at spaces, never
+    inside a word, a `code` span or a short parenthesised group such as a shape; a word longer
+    than a line stays whole. Each line of `text` is wrapped on its own, its continuation indented
+    by INDENT more than it."""
+    lines = []
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        lead = line[: len(line) - len(body)]
+        body = _UNBREAKABLE.sub(lambda m: m.group(0).replace(" ", _KEEP), body)
+        pieces = textwrap.wrap(
+            body,
+            width,
+            initial_indent=lead,
+            subsequent_indent=lead + INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        lines += [piece.replace(_KEEP, " ") for piece in pieces] or [line]
+    return lines
+
+
+def _labelled(label: str, text: str, style: str, whole: bool = False) -> list[str]:
+    """`label` + `text` wrapped; the label in `style` (every line in it when `whole`)."""
+    lines = wrap(label + text)
+    if whole:
+        return [f"{style}{line}{ANSI_RESET}" for line in lines]
+    first = lines[0]
+    if label and first.startswith(label.rstrip()):
+        n = len(label.rstrip())
+        first = f"{style}{first[:n]}{ANSI_RESET}{first[n:]}"
+    return [first, *lines[1:]]
+
+
 def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]:
     """(exercise, problem, case, mistake) from the attributes, else parsed from the message."""
     exercise = getattr(err, "exercise", None)
@@ -154,9 +263,14 @@ def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]
 
 def render(err: BaseException) -> list[str]:
     """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
+    if getattr(err, "unwritten", False):  # NotWrittenYet (check/engine.py): one line
+        return [
+            f"{ANSI_RED}{HEADLINE_MARK}{ANSI_RESET}{line}" if i == 0 else line
+            for i, line in enumerate(wrap(str(err), WIDTH - len(HEADLINE_MARK)))
+        ]
     if getattr(err, "refusal", False):  # ImplementThisYourself (check/forbid.py)
         text = str(err).removeprefix("implement this yourself: ")
-        lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", text]
+        lines = [f"{ANSI_RED}{HEADLINE_MARK}Implement this yourself{ANSI_RESET}", *wrap(text)]
         frames = student_frames(err.__traceback__)
         if frames:
             lines.append(f"{ANSI_BOLD}Called from your code:{ANSI_RESET}")
@@ -165,19 +279,19 @@ def render(err: BaseException) -> list[str]:
 
     exercise, problem, case, mistake = _parts(err)
     title = f"{exercise}: check failed" if exercise else "check failed"
-    lines = [f"{ANSI_RED}{HEADLINE_MARK}{title}{ANSI_RESET}"]
+    lines = _labelled(HEADLINE_MARK, title, ANSI_RED, whole=True)
     if mistake:
-        lines.append(f"{ANSI_BLUE}{MISTAKE}{mistake}{ANSI_RESET}")
+        lines += _labelled(MISTAKE, mistake, ANSI_BLUE, whole=True)
     cause = cause_of(err)
     if cause is not None:
-        lines.append(f"{ANSI_BOLD}Your code raised{ANSI_RESET} {type(cause).__name__}: {cause}")
+        lines += _labelled("Your code raised ", f"{type(cause).__name__}: {cause}", ANSI_BOLD)
         lines += _frame_lines(student_frames(cause.__traceback__))
         if not problem.startswith("your "):  # "your function raised ..." repeats the above
-            lines.append(f"{ANSI_BOLD}What happened:{ANSI_RESET} {problem}")
+            lines += _labelled("What happened: ", problem, ANSI_BOLD)
     else:
-        lines.append(f"{ANSI_BOLD}What differs:{ANSI_RESET} {problem}")
+        lines += _labelled("What differs: ", problem, ANSI_BOLD)
     if case:
-        lines.append(f"{ANSI_BOLD}Case:{ANSI_RESET} {case}")
+        lines += _labelled("Case: ", case, ANSI_BOLD)
     return lines
 
 

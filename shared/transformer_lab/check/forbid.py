@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from .feedback import render
 
@@ -33,14 +33,36 @@ def resolve(dotted: str):
     raise ImportError(dotted)
 
 
-def _stub(dotted: str, exercise: str) -> Callable:
+# What a refusal suggests writing the exercise with, in this order, each with the names that mean
+# it: an operation one of whose names the exercise forbids is never suggested.
+BASIC_OPERATIONS = (
+    ("@", ("matmul", "__matmul__", "mm", "bmm")),
+    ("softmax", ("softmax",)),
+    ("tanh", ("tanh",)),
+    ("exp", ("exp",)),
+    ("max", ("max", "amax")),
+    ("sum", ("sum",)),
+)
+SUGGESTED = 5  # operations named in a refusal
+
+
+def allowed_operations(forbidden: Iterable[str]) -> list[str]:
+    """The basic operations to suggest for an exercise forbidding the dotted names `forbidden`:
+    none of them is (an alias of) a forbidden name."""
+    banned = {dotted.rsplit(".", 1)[-1] for dotted in forbidden}
+    allowed = [shown for shown, names in BASIC_OPERATIONS if banned.isdisjoint(names)]
+    return allowed[:SUGGESTED]
+
+
+def _stub(dotted: str, exercise: str, allowed: list[str]) -> Callable:
     short = dotted.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.")
+    operations = f" ({', '.join(allowed)}, ...)" if allowed else ""
 
     def refuse(*args, **kwargs):
         raise ImplementThisYourself(
             f"implement this yourself: {short} is what the exercise `{exercise}` asks you to "
             "build, so it is switched off while your code is checked. Write it with basic tensor "
-            "operations (@, softmax, tanh, ...)."
+            f"operations{operations}."
         )
 
     refuse.__name__ = f"forbidden_{dotted.rsplit('.', 1)[-1]}"
@@ -81,6 +103,7 @@ def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
     """Make each dotted name (and any alias of it the student's code holds) raise, then restore."""
     undo: list[Callable[[], None]] = []
     originals: dict[int, Callable] = {}
+    allowed = allowed_operations(dotted_names)
     try:
         for dotted in dotted_names:
             try:
@@ -88,7 +111,7 @@ def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
                 original = getattr(owner, attr)
             except (ImportError, AttributeError):
                 continue
-            stub = originals.setdefault(id(original), _stub(dotted, exercise))
+            stub = originals.setdefault(id(original), _stub(dotted, exercise, allowed))
             setattr(owner, attr, stub)
             undo.append(lambda o=owner, a=attr, v=original: setattr(o, a, v))
         # Names the student bound directly: `from torch.nn.functional import scaled_dot_...`.

@@ -32,6 +32,8 @@ __all__ = [
     "FALSE_FAILURE",
     "Broken",
     "binomial_band",
+    "chi_square_sf",
+    "chi_square_threshold",
     "direct",
     "distinct_doc",
     "gen",
@@ -40,6 +42,7 @@ __all__ = [
     "require_ids",
     "suite_driver",
     "uniform_cells",
+    "uniform_fit",
 ]
 
 # The chance that a correct implementation fails one statistical test is below this.
@@ -173,6 +176,84 @@ def uniform_cells(counts: Counter, cells: list, n: int, what: str, label: str, z
                 f"{label}: over {n} seeded calls the {k} possible {what}s are not equally "
                 f"likely: each should come out {lo}..{hi} times, got {table}",
             )
+
+
+# ----------------------------------------------------------------------------------------------
+# A goodness-of-fit test over all cells at once (Pearson's chi-square), in plain `math`.
+#
+# Per-cell bands miss a distribution whose cells are all a little off: the textbook biased
+# shuffle (swap position i with any j in 0..n-1) gives 3 sentences' orders probabilities 4/27 to
+# 5/27 instead of 1/6, inside every band. Summed over all cells the deviations add up.
+
+
+def _gamma_q(a: float, x: float) -> float:
+    """The regularised upper incomplete gamma function Q(a, x) = Γ(a, x) / Γ(a), x >= 0:
+    a series below a + 1, a continued fraction (modified Lentz) above (Numerical Recipes §6.2)."""
+    if x <= 0.0:
+        return 1.0
+    log_front = -x + a * math.log(x) - math.lgamma(a)
+    if x < a + 1.0:  # P(a, x) = e^-x x^a / Γ(a+1) · Σ x^k / ((a+1)...(a+k))
+        term = total = 1.0 / a
+        k = 0
+        while abs(term) > abs(total) * 1e-17 and k < 10_000:
+            k += 1
+            term *= x / (a + k)
+            total += term
+        return 1.0 - total * math.exp(log_front)
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c, d = 1.0 / tiny, 1.0 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return math.exp(log_front) * h
+
+
+def chi_square_sf(x: float, df: int) -> float:
+    """P(X > x) for X ~ chi-square with `df` degrees of freedom."""
+    return _gamma_q(df / 2.0, x / 2.0)
+
+
+@functools.cache
+def chi_square_threshold(df: int, alpha: float) -> float:
+    """The x with P(X > x) = alpha, X ~ chi-square(df), by bisection (to 1e-9)."""
+    lo, hi = 0.0, float(df)
+    while chi_square_sf(hi, df) > alpha:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if chi_square_sf(mid, df) > alpha else (lo, mid)
+    return hi
+
+
+def uniform_fit(counts: Counter, cells: list, n: int, what: str, label: str, key: str):
+    """All k cells together must fit the uniform distribution: Pearson's statistic
+    Σ (count − n/k)² / (n/k) is compared with the chi-square(k − 1) quantile of level
+    FALSE_FAILURE (the approximation is good here: every expected count n/k is in the hundreds)."""
+    k = len(cells)
+    expected = n / k
+    stat = sum((counts.get(c, 0) - expected) ** 2 for c in cells) / expected
+    threshold = chi_square_threshold(k - 1, FALSE_FAILURE)
+    if stat > threshold:
+        table = ", ".join(f"{c}: {counts.get(c, 0)}" for c in cells)
+        raise Broken(
+            key,
+            f"{label}: over {n} seeded calls the {k} possible {what}s are not equally likely: "
+            f"each should come out about {expected:.0f} times, and together the counts are "
+            f"too far from that (chi-square {stat:.1f} over {k} {what}s, above {threshold:.1f}, "
+            f"which a fair shuffle exceeds with probability {FALSE_FAILURE:g}). A common cause: "
+            f"swapping each position with *any* position (j in 0..n-1) instead of one not yet "
+            f"placed (j in i..n-1) makes some orders likelier. Got {table}",
+        )
 
 
 _FORM_KEYS = ("type", "shape", "dtype", "device")  # a result of the wrong form names no mistake

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.nn.functional as F
 
@@ -15,6 +13,7 @@ from .engine import (
     ImplementThisYourself,
     Mistake,
     compare_tensor,
+    exact_float32,
     fail,
     settings,
 )
@@ -124,17 +123,6 @@ def _patchify_cases(thorough: bool) -> list[Case]:
     return cases
 
 
-@contextlib.contextmanager
-def _no_tf32():
-    """Full float32 precision on CUDA for the convolution (TF32 would round to 10 bits)."""
-    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
-
-
 def _student_patches(ex: Exercise, student_fn, images, p, label: str):
     """The student's patchify(images, p) under the exercise's forbidden names; their own
     exception fails the check, naming the case."""
@@ -178,7 +166,7 @@ def _check_conv_equivalence(ex: Exercise, student_fn, thorough: bool) -> int:
                     f"shape {tuple(patches.shape)} and dtype {patches.dtype}",
                     label,
                 )
-            with _no_tf32():
+            with exact_float32():  # no TF32 for the convolution either
                 conv = F.conv2d(images, weight, bias, stride=p)  # (B, d, H/p, W/p)
                 expected = conv.flatten(2).transpose(1, 2)  # (B, N, d), positions row-major
                 got = patches @ weight.reshape(d, -1).T + bias  # the Linear with the conv's W

@@ -87,7 +87,7 @@ def _tiled(q, k, v, mask, block_size, bug=""):
         if mask is not None:
             cols = slice(0, n) if bug == "mask-block-local" else slice(start, start + n)
             fill = -1e9 if bug == "mask-finite" else _NEG_INF
-            s = s.masked_fill(~mask[..., cols], fill)
+            s = s.masked_fill(~(mask if mask.shape[-1] == 1 else mask[..., cols]), fill)
         if m is None:
             m = s.new_full(s.shape[:-1], _NEG_INF)
             row_sum = s.new_zeros(s.shape[:-1])
@@ -355,6 +355,16 @@ def _tiled_cases(thorough: bool) -> list[Case]:
             "every key masked",
         ),
         case((2,), 9, 9, 32, 4, 4, scale=6.0, label="large logits (q, k scaled by 6)"),
+        case(
+            (2,),
+            6,
+            10,
+            8,
+            4,
+            3,
+            mask=lambda g: torch.tensor([[True], [False], [True], [True], [False], [True]]),
+            label="mask (6, 1) broadcast over the keys (queries 1 and 4 see no key)",
+        ),
     ]
     if thorough:
         cases += [
@@ -380,6 +390,26 @@ def _tiled_cases(thorough: bool) -> list[Case]:
             ),
             case((2,), 10, 10, 64, 16, 3, scale=12.0, label="large logits (q, k scaled by 12)"),
             case((2,), 20, 30, 8, 4, 7, mask=causal(20, 30), label="causal, L_q < L_k"),
+            case(
+                (2, 2),
+                5,
+                11,
+                8,
+                4,
+                4,
+                mask=lambda g: (torch.arange(11) % 3 != 1) & (torch.rand(11, generator=g) < 0.8),
+                label="key mask (11,) broadcast over batch, heads and queries",
+            ),
+            case(
+                (2, 2),
+                5,
+                9,
+                8,
+                4,
+                4,
+                mask=lambda g: torch.tensor([True, False]).view(1, 2, 1, 1),
+                label="mask (1, 2, 1, 1): the second head sees no key",
+            ),
         ]
     return cases
 

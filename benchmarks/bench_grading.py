@@ -9,7 +9,7 @@
     .venv/bin/python benchmarks/bench_grading.py --hang-budget [--lesson 02_qkv_attention]
     .venv/bin/python benchmarks/bench_grading.py --merge 1000
     .venv/bin/python benchmarks/bench_grading.py --fork-cost [--lessons 02_qkv_attention ...]
-    .venv/bin/python benchmarks/bench_grading.py --worker [--lessons ...] [--students 4]
+    .venv/bin/python benchmarks/bench_grading.py --box [--lessons ...] [--students 4]
     .venv/bin/python benchmarks/bench_grading.py --marginal [--lessons ...] [--students 4]
 
 --cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
@@ -752,46 +752,6 @@ def fork_cost(lessons: list[str]) -> None:
         )
 
 
-def worker_cost(lessons: list[str], students: int) -> None:
-    """Per notebook, a class of `students` copies of the solution graded in one run with the
-    grading worker switched off (an interpreter per job: its imports paid per notebook) and on
-    (jobs forked from one pre-imported worker: paid once per run), side by side with the plain
-    nbclient execution of the notebook; per-run caches warm as in a class."""
-
-    print(f"{students} students a run, {_machine()}")
-    _table(
-        "lesson",
-        "worker",
-        "plain CPU (s, median of 3)",
-        "graded wall / notebook (s)",
-        "graded CPU / notebook (s)",
-        "ratio CPU",
-        "job imports CPU (s, mean)",
-        "full marks",
-    )
-    for lesson in lessons:
-        with tempfile.TemporaryDirectory(prefix="bench-worker-") as tmp:
-            tmp = Path(tmp)
-            course = _prepared_course(tmp, lesson)
-            # the plain execution three times (the median: one sample is noisy under load)
-            plain = sorted(_plain(tmp, course, lesson)[2] for _ in range(3))
-            p_cpu = plain[1]
-            print(f"{lesson}: plain CPU (s) {', '.join(f'{c:.2f}' for c in plain)}", flush=True)
-            for label, switch in (("off", False), ("on", True)):
-                subs = _class(tmp / f"class-{label}", lesson, students)
-                records, wall, cpu = _timed(
-                    grade.grade, course, lesson, subs, quiet=True, force=True, worker=switch
-                )
-                imports = [r.get("cpu_timings", {}).get("imports", float("nan")) for r in records]
-                full = sum(r["score"] == r["max_score"] for r in records)
-                print(
-                    f"| {lesson} | {label} | {p_cpu:.1f} | {wall / students:.1f} | "
-                    f"{cpu / students:.1f} | {cpu / students / p_cpu:.2f} | "
-                    f"{sum(imports) / len(imports):.2f} | {full}/{len(records)} |",
-                    flush=True,
-                )
-
-
 def box_cost(lessons: list[str], students: int) -> None:
     """Per notebook, a class of `students` copies of the solution graded in a bubblewrap box each
     (the default: a fresh interpreter per job), and the same class with --no-sandbox (jobs forked
@@ -1054,11 +1014,6 @@ def main() -> None:
         help="graded with the kernel launched and forked, against plain, per lesson",
     )
     parser.add_argument(
-        "--worker",
-        action="store_true",
-        help="a class graded with the pre-imported grading worker off, then on (--lessons)",
-    )
-    parser.add_argument(
         "--marginal",
         action="store_true",
         help="one more notebook's cost in a class (classes of --students and twice as many)",
@@ -1089,9 +1044,6 @@ def main() -> None:
         return
     if args.box:
         box_cost(args.lessons or [args.lesson], args.students)
-        return
-    if args.worker:
-        worker_cost(args.lessons or [args.lesson], args.students)
         return
     if args.hang_budget:
         hang_budget(args.lesson)

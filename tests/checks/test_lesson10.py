@@ -90,13 +90,19 @@ def infilling_cumsum(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     return torch.cat(pieces)
 
 
-def permutation_lists(tokens, eos_id, generator=None):
+def _sentences(tokens, eos_id):
+    """The token lists of the whole sentences, and the tail after the last eos."""
     sentences, current = [], []
     for t in tokens.tolist():
         current.append(t)
         if t == eos_id:
             sentences.append(current)
             current = []
+    return sentences, current
+
+
+def permutation_lists(tokens, eos_id, generator=None):
+    sentences, current = _sentences(tokens, eos_id)
     order = torch.randperm(len(sentences), generator=generator).tolist()
     out = [t for i in order for t in sentences[i]] + current
     return torch.tensor(out, dtype=tokens.dtype, device=tokens.device)
@@ -113,12 +119,7 @@ def permutation_tensors(tokens, eos_id, generator=None):
 
 def permutation_fisher_yates(tokens, eos_id, generator=None):
     """Fisher-Yates by hand: position i (from the end) swaps with a j in 0..i, drawn uniformly."""
-    sentences, current = [], []
-    for t in tokens.tolist():
-        current.append(t)
-        if t == eos_id:
-            sentences.append(current)
-            current = []
+    sentences, current = _sentences(tokens, eos_id)
     for i in range(len(sentences) - 1, 0, -1):
         j = int(torch.randint(i + 1, (), generator=generator))
         sentences[i], sentences[j] = sentences[j], sentences[i]
@@ -129,12 +130,7 @@ def permutation_biased_swap(tokens, eos_id, generator=None):
     """The textbook biased shuffle: position i swaps with *any* j in 0..n-1. Its n^n equally
     likely paths do not split evenly over the n! orders: for 3 sentences 4/27 to 5/27 instead of
     1/6, for 4 sentences 8/256 to 15/256 instead of 1/24."""
-    sentences, current = [], []
-    for t in tokens.tolist():
-        current.append(t)
-        if t == eos_id:
-            sentences.append(current)
-            current = []
+    sentences, current = _sentences(tokens, eos_id)
     n = len(sentences)
     for i in range(n):
         j = int(torch.randint(n, (), generator=generator))

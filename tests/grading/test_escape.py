@@ -113,20 +113,17 @@ try:
 except OSError as e:
     report(False, e)
 """,
-    "write-tmp": r"""
+    # write into the machine's /tmp, and into the grader's home
+    **{
+        name: f"""
 try:
-    open(E["HOST_TMP_MARK"], "w").write("out")
+    open(E["{mark}"], "w").write("out")
     report(True, "wrote")
 except OSError as e:
     report(False, e)
-""",
-    "write-home": r"""
-try:
-    open(E["HOST_HOME_MARK"], "w").write("out")
-    report(True, "wrote")
-except OSError as e:
-    report(False, e)
-""",
+"""
+        for name, mark in (("write-tmp", "HOST_TMP_MARK"), ("write-home", "HOST_HOME_MARK"))
+    },
     "read-solutions": r"""
 try:
     report(E["TOKEN"] in open(os.path.join(E["SECRET"], "answer.txt")).read(), "read")

@@ -43,14 +43,16 @@ def copy_weights(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> Non
         theirs.out_proj.bias.copy_(ours.w_o.bias)
 
 
-def make_contenders(d_model: int, h: int, causal: bool, L: int):
+def make_contenders(d_model: int, h: int, causal: bool, L: int, device="cpu", dtype=None):
     ours = MultiHeadAttention(d_model, h)
     explicit = MultiHeadAttention(d_model, h)
     explicit.load_state_dict(ours.state_dict())
     explicit.explicit = True
     theirs = nn.MultiheadAttention(d_model, h, batch_first=True)
     copy_weights(ours, theirs)
-    mask = causal_mask(L) if causal else None
+    for module in (ours, explicit, theirs):
+        module.to(device, dtype)
+    mask = causal_mask(L, device=device) if causal else None
 
     def run_ours(module):
         return lambda x: module(x, mask=mask)

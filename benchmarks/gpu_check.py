@@ -801,39 +801,19 @@ def interleaved(fns: dict, timed, warmup: int, reps: int) -> dict:
 
 def attention_contenders(B: int, L: int, d: int, h: int, causal: bool, device: str, dtype):
     """Ours (fused kernel), ours (explicit) and nn.MultiheadAttention, same weights, one step
-    each: forward, then backward of a fixed cotangent."""
+    each: forward, then backward of a fixed cotangent (bench_attention.make_contenders)."""
     import torch
-    from torch import nn
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_attention import copy_weights
-
-    from transformer_lab.masking import causal_mask
-    from transformer_lab.multihead import MultiHeadAttention
+    from bench_attention import make_contenders
 
     torch.manual_seed(0)
-    fast = MultiHeadAttention(d, h)
-    explicit = MultiHeadAttention(d, h)
-    explicit.load_state_dict(fast.state_dict())
-    explicit.explicit = True
-    theirs = nn.MultiheadAttention(d, h, batch_first=True)
-    copy_weights(fast, theirs)
-    for module in (fast, explicit, theirs):
-        module.to(device, dtype)
-    mask = causal_mask(L, device=device) if causal else None
+    forwards = make_contenders(d, h, causal, L, device, dtype)
     x = torch.randn(B, L, d, device=device, dtype=dtype, requires_grad=True)
     grad = torch.randn(B, L, d, device=device, dtype=dtype)
-    forwards = {
-        "ours (fast)": lambda: fast(x, mask=mask),
-        "ours (explicit)": lambda: explicit(x, mask=mask),
-        # nn.MultiheadAttention's bool mask says where NOT to attend
-        "torch": lambda: theirs(
-            x, x, x, attn_mask=None if mask is None else ~mask, need_weights=False
-        )[0],
-    }
 
     def step(forward):
-        forward().backward(grad)
+        forward(x).backward(grad)
         x.grad = None
 
     return {name: (lambda f=f: step(f)) for name, f in forwards.items()}

@@ -207,7 +207,9 @@ def tiled_slicing_every_mask(q, k, v, mask=None, block_size=64):
     return tiled_plain_unexpanded(q, k, v, mask, block_size)
 
 
-def tiled_plain_unexpanded(q, k, v, mask, block_size):
+def _tiled_running(q, k, v, mask, block_size):
+    """A student's tiled loop by hand, without expanding the mask: the unnormalised output and
+    the running sum l (the two ways to finish below differ only in the last division)."""
     d = q.shape[-1]
     m = l_run = out = None
     for j in range(0, k.shape[-2], block_size):
@@ -225,6 +227,11 @@ def tiled_plain_unexpanded(q, k, v, mask, block_size):
         l_run = l_run * alpha + p.sum(-1)
         out = out * alpha[..., None] + p @ v[..., j : j + block_size, :]
         m = m_new
+    return out, l_run
+
+
+def tiled_plain_unexpanded(q, k, v, mask, block_size):
+    out, l_run = _tiled_running(q, k, v, mask, block_size)
     return out / torch.where(l_run == 0, 1.0, l_run)[..., None]
 
 
@@ -375,23 +382,7 @@ def test_the_reference_itself_is_refused():
 def tiled_where_divides_by_zero(q, k, v, mask=None, block_size=64):
     """Right outputs, but torch.where(l > 0, o / l, 0) still computes 0/0 in the branch it drops,
     and the NaN comes back through the gradient."""
-    d = q.shape[-1]
-    m = l_run = out = None
-    for j in range(0, k.shape[-2], block_size):
-        s = q @ k[..., j : j + block_size, :].mT / d**0.5
-        if mask is not None:
-            s = s.masked_fill(~mask[..., j : j + block_size], NEG_INF)
-        if m is None:
-            m = torch.full(s.shape[:-1], NEG_INF, dtype=s.dtype)
-            l_run = torch.zeros_like(m)
-            out = s.new_zeros(*s.shape[:-1], v.shape[-1])
-        m_new = torch.maximum(m, s.amax(-1))
-        m_safe = m_new.nan_to_num(neginf=0.0)
-        alpha = (m.nan_to_num(neginf=0.0) - m_safe).exp()
-        p = (s - m_safe[..., None]).exp()
-        l_run = l_run * alpha + p.sum(-1)
-        out = out * alpha[..., None] + p @ v[..., j : j + block_size, :]
-        m = m_new
+    out, l_run = _tiled_running(q, k, v, mask, block_size)
     return torch.where(l_run[..., None] > 0, out / l_run[..., None], torch.zeros_like(out))
 
 

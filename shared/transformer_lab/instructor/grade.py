@@ -230,7 +230,7 @@ class Grader:
             problem = chosen.available()
             if problem is None:
                 return chosen.run(command, **box)
-        if problem and not self.isolate:
+        if problem:
             flags.append(
                 f"grading worker unavailable ({problem}): the job started its own interpreter"
             )

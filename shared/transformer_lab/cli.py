@@ -3,6 +3,7 @@
     generate [ASSIGNMENT ...]      regenerate exercises/ from solutions/ (all lessons by default)
     autograde ASSIGNMENT NB.ipynb  grade submitted notebook(s) for one student; prints the scores
     progress                       which parts of your own package are yours
+    presubmit NOTEBOOK.ipynb       before you submit: run it as the grader will; will it grade?
 
 Instructors (one command per step; see INSTRUCTORS.md):
     release ASSIGNMENT [--exchange DIR]           generate + hand out
@@ -53,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--student", nargs="*", help="only these students (default: all graded)")
 
     sub.add_parser("progress", help="which parts of your package are yours")
+
+    p = sub.add_parser("presubmit", help="run a notebook as the grader will: will it grade?")
+    p.add_argument("notebook", type=Path, help="your exercise notebook, as saved")
+    p.add_argument("--release", type=Path, help="the released exercise (default: found)")
+    p.add_argument("--cell-timeout", type=float, help="seconds a cell may run (default 60)")
+    p.add_argument("--name", help=argparse.SUPPRESS)  # the name of a copy (Colab's notebook)
+    p.add_argument("--expected", help=argparse.SUPPRESS)  # the name it must have (the last cell)
 
     p = sub.add_parser("release", help="generate an assignment and hand it out")
     p.add_argument("assignment")
@@ -112,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
 
         progress()
         return 0
+    if args.command == "presubmit":
+        from .presubmit import main as presubmit
+
+        return presubmit(args)
     from .instructor import commands
 
     if args.command == "collect":  # needs no course

@@ -18,12 +18,16 @@ from pathlib import Path
 
 import nbformat
 
-HIDDEN_TESTS_BEGIN = "### BEGIN HIDDEN TESTS"
-HIDDEN_TESTS_END = "### END HIDDEN TESTS"
-# One hidden block: its indentation, the markers and the rest of the END line; group 1 = the tests.
-HIDDEN_TESTS_BLOCK = re.compile(
-    rf"[ \t]*{HIDDEN_TESTS_BEGIN}\n(.*?){HIDDEN_TESTS_END}[^\n]*\n?", re.S
+from ..notebook_cells import (  # noqa: F401 (re-exported: the grader's names for them)
+    HIDDEN_TESTS_BEGIN,
+    HIDDEN_TESTS_END,
+    cell_source,
+    hidden_tests,
+    is_test_cell,
+    nbgrader_meta,
+    without_hidden_tests,
 )
+
 CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
 
 
@@ -31,36 +35,10 @@ CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
 # Cells.
 
 
-def cell_source(cell: dict) -> str:
-    """A cell's source as one string (a JSON notebook may hold a list of lines, or junk)."""
-    src = cell.get("source", "")
-    if isinstance(src, list):
-        src = "".join(s for s in src if isinstance(s, str))
-    return src if isinstance(src, str) else ""
-
-
-def nbgrader_meta(cell: dict) -> dict:
-    """A cell's nbgrader metadata ({} when it has none or it is not a dict)."""
-    meta = cell.get("metadata")
-    meta = meta.get("nbgrader") if isinstance(meta, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
-
 def is_graded(cell: dict) -> bool:
     """A cell that earns points (a test cell, or a graded solution cell)."""
     meta = nbgrader_meta(cell)
     return bool(meta.get("grade")) and "grade_id" in meta
-
-
-def is_test_cell(cell: dict) -> bool:
-    """A graded code cell that is not the student's: the tests nbgrader runs."""
-    meta = nbgrader_meta(cell)
-    return (
-        cell.get("cell_type") == "code"
-        and bool(meta.get("grade"))
-        and not meta.get("solution")
-        and bool(meta.get("grade_id"))
-    )
 
 
 def python_source(src: str) -> str:
@@ -111,16 +89,6 @@ def graded_cells(released: dict[str, nbformat.NotebookNode]) -> dict[str, dict]:
 
 # ----------------------------------------------------------------------------------------------
 # Hidden tests.
-
-
-def hidden_tests(source: str) -> list[str]:
-    """The text of each hidden-test block of a cell."""
-    return HIDDEN_TESTS_BLOCK.findall(source)
-
-
-def without_hidden_tests(source: str) -> str:
-    """A cell's source with its hidden blocks cut out (what a released test cell holds)."""
-    return HIDDEN_TESTS_BLOCK.sub("", source)
 
 
 def unmarked(source: str) -> str:

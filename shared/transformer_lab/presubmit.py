@@ -349,11 +349,12 @@ def _run(nb, tests: dict[int, tuple[str, str]], cell_timeout: float, report: Rep
                 "solution's time)"
             )
         elif run.error is not None and not test:
-            errors.append(f"cell {_name(cell, i)} raised {run.error[0]}: {run.error[1]}")
+            errors.append(f"cell {_name(cell, i)} raised {_why(run)}")
         elif run.seconds > GRADER_FLOOR:
             report.notes.append(
-                f"cell {_name(cell, i)} took {run.seconds:.0f} s: it may time out when graded, "
-                f"unless the reference solution needs {run.seconds / GRADER_FACTOR:.1f} s for it"
+                f"cell {_name(cell, i)} took {run.seconds:.0f} s (the grader allows a cell "
+                f"{GRADER_FLOOR:g} s, or {GRADER_FACTOR:g} x the reference solution's time when "
+                "that is longer)"
             )
     report.problems += errors[:SHOWN_ERRORS]
     if len(errors) > SHOWN_ERRORS:

@@ -194,6 +194,17 @@ def test_an_infinite_loop_is_stopped_and_the_rest_still_runs(course):
 
 
 @slow
+def test_a_slow_cell_is_noted_but_grades(course, monkeypatch):
+    monkeypatch.setattr(ps, "GRADER_FLOOR", 0.5)  # the grader's 10 s, scaled down
+    nb = _solved()
+    nb.cells.insert(2, _cell("import time\ntime.sleep(1.5)", "nap"))
+    text = _check(_student(course, nb))
+    assert text.startswith(f"presubmit: {NAME} will grade."), text
+    note = "note: cell 3 (id nap: import time) took "
+    assert note in text and "s (the grader allows a cell 0.5 s, or 20 x" in text.split(note)[1]
+
+
+@slow
 def test_an_error_in_an_early_cell_is_named_first(course):
     nb = _solved()
     nb.cells[1].source = "import torhc\nSCALE = 2"
@@ -205,6 +216,9 @@ def test_an_error_in_an_early_cell_is_named_first(course):
         "  ✗ cell 2 (id setup: import torhc) raised ModuleNotFoundError: No module named 'torhc'"
     )
     assert "✗ double-test: NameError: name 'SCALE' is not defined" in text
+    nb.cells[1].source = "raise NotImplementedError()"  # no message: no dangling colon
+    text = _check(_student(course, nb))
+    assert "  ✗ cell 2 (id setup: raise NotImplementedError()) raised NotImplementedError\n" in text
 
 
 @slow

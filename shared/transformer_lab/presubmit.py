@@ -16,10 +16,10 @@ call costs little.
 
 The report, in a few lines: whether it will grade; the cells that raise or run too long; test
 cells missing, edited or stripped of their nbgrader metadata (compared with the released
-exercise, found in the course folder: ``exercises/*/*.ipynb``); the file name the notebook must
-have; which visible checks pass. The grader gives a cell max(10 s, 20 x the reference solution's
-time for it): presubmit cannot know the reference's time, so a cell that finishes but takes over
-10 s is named as one that may time out.
+exercise, found in the course folder: ``exercises/*/*.ipynb``, else ``solutions/*/*.ipynb``);
+the file name the notebook must have; which visible checks pass. The grader gives a cell
+max(10 s, 20 x the reference solution's time for it): presubmit cannot know the reference's
+time, so a cell that finishes but takes over 10 s gets a note saying so.
 """
 
 from __future__ import annotations
@@ -124,14 +124,19 @@ def course_roots(notebook: Path) -> list[Path]:
 
 def find_release(notebook: Path, nb) -> Path | None:
     """The released exercise this notebook was made from: the one sharing the most graded cells
-    (by grade id or cell id, so a renamed file or stripped metadata still matches it)."""
+    (by grade id or cell id, so a renamed file or stripped metadata still matches it). A student
+    who works in exercises/ itself edits the release: then its nbgrader source in solutions/
+    stands in for it (its test cells less their hidden tests are the released ones)."""
     import nbformat
 
     mine = {nbgrader_meta(c).get("grade_id") for c in nb.cells} | {c.get("id") for c in nb.cells}
     mine.discard(None)
     best, best_score = None, 0
     for root in course_roots(notebook):
-        for path in sorted((root / "exercises").glob("*/*.ipynb")):
+        candidates = [*root.glob("exercises/*/*.ipynb"), *root.glob("solutions/*/*.ipynb")]
+        for path in candidates:  # exercises first: on a tie, the release itself
+            if path.resolve() == notebook.resolve():
+                continue
             try:
                 release = nbformat.read(path, as_version=4)
             except Exception:  # a broken file in the course is not the student's problem
@@ -163,9 +168,10 @@ def compare(nb, release) -> tuple[list[str], dict[int, tuple[str, str]], list[st
         gid = nbgrader_meta(ref).get("grade_id")
         if not gid:
             continue
+        released = without_hidden_tests(ref.source)  # a source notebook's test cell as released
         i = by_grade_id.get(gid)
         if i is None:
-            i = by_id.get(ref.get("id"), by_source.get(ref.source.strip()))
+            i = by_id.get(ref.get("id"), by_source.get(released.strip()))
             if i is not None and not nbgrader_meta(nb.cells[i]):
                 stripped.append(gid)
             else:
@@ -175,9 +181,9 @@ def compare(nb, release) -> tuple[list[str], dict[int, tuple[str, str]], list[st
         if i is None:
             missing.append(gid)
             continue
-        if without_hidden_tests(nb.cells[i].source).strip() != ref.source.strip():
+        if without_hidden_tests(nb.cells[i].source).strip() != released.strip():
             edited.append(gid)
-        tests[i] = (gid, ref.source)
+        tests[i] = (gid, released)
     problems = [
         f"test cell {gid} is missing: copy it back from the released exercise, unchanged"
         for gid in missing

@@ -174,6 +174,20 @@ def test_a_deleted_test_cell(course):
 
 
 @slow
+def test_a_notebook_edited_in_place_in_exercises_is_compared_with_its_source(course):
+    """`make lab` students edit exercises/ itself: its solutions/ source stands in for it."""
+    (course / "solutions" / LESSON).mkdir(parents=True)
+    nbformat.write(_solved(), course / "solutions" / LESSON / NAME)
+    mine = _notebook(SOLVED)
+    mine.cells = [c for c in mine.cells if c.id != "double-test"]
+    nbformat.write(mine, course / "exercises" / LESSON / NAME)
+    text = _check(course / "exercises" / LESSON / NAME)
+    assert "test cell double-test is missing" in text
+    (course / "solutions" / LESSON / NAME).unlink()  # no source: nothing to compare with
+    assert "the released exercise was not found" in _check(course / "exercises" / LESSON / NAME)
+
+
+@slow
 def test_an_edited_test_cell_runs_as_released(course):
     nb = _notebook("def double(v):\n    return v", "pass  # my own test")
     text = _check(_student(course, nb))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -405,6 +406,8 @@ def run(name: str, cell_timeout: float = CELL_TIMEOUT) -> None:
     ) as p:
         for line in p.stdout:  # a separate process: a fresh kernel, not this one's event loop
             print(line, end="")
+    if shown:  # the copy of Colab's notebook
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def this_notebook(name: str) -> tuple[Path | None, str | None]:

@@ -236,6 +236,15 @@ def test_an_error_in_an_early_cell_is_named_first(course):
 
 
 @slow
+def test_a_kernel_that_dies_is_named(course):
+    nb = _solved()
+    nb.cells.insert(2, _cell("import os\nos._exit(1)", "quit"))
+    text = _check(_student(course, nb))
+    assert "will NOT grade as it is" in text
+    assert "the Python kernel died in cell 3 (id quit: import os)" in text
+
+
+@slow
 def test_stripped_metadata(course):
     nb = _solved()
     for cell in nb.cells:

@@ -2,8 +2,8 @@
 
 Every notebook's first code cell (written by `transformer_lab.notebook_setup`) does, in Colab only,
 
-    %pip install -q --no-deps --force-reinstall "$COURSE"     # the course alone, nothing else
-    transformer_lab.colab.setup(COURSE, use_drive=USE_DRIVE)  # the rest: this module
+    !{sys.executable} -m pip install -q --no-deps --force-reinstall "$COURSE"  # the course alone
+    transformer_lab.colab.setup(COURSE, use_drive=USE_DRIVE)                  # the rest: here
 
 and `setup`
 

@@ -50,7 +50,7 @@ USE_DRIVE = True  # @param {type:"boolean"}
 COURSE = "transformer-lab @ @ARCHIVE@"
 if "google.colab" in sys.modules:  # Colab only: install the course, then set it up
     COURSE = os.environ.get("TRANSFORMER_LAB_INSTALL_SOURCE", COURSE)
-    %pip install -q --no-deps --force-reinstall "$COURSE"
+    !{sys.executable} -m pip install -q --no-deps --force-reinstall "$COURSE"
     import transformer_lab.colab
 
     transformer_lab.colab.setup(COURSE, use_drive=USE_DRIVE)

@@ -4,7 +4,7 @@ The simulated Colab (slow) is a fresh venv with torch and Colab's ipywidgets 7.7
 preinstalled and no course; a stand-in `google.colab`, loaded when Python starts as Colab's kernel
 loads it, whose `drive.mount` makes a folder; one exercise and one lecture copied alone into empty
 folders; the setup cell installs a wheel of the course through TRANSFORMER_LAB_INSTALL_SOURCE. The
-setup cell alone runs as IPython runs a cell (it has a `%pip` line). Its transcript goes to
+setup cell alone runs as IPython runs a cell (its pip line is a shell command). Its transcript goes to
 tests/artifacts/.
 """
 

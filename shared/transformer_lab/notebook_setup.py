@@ -11,7 +11,8 @@ and the README's course map from the one repository address in pyproject.toml
 - after every relative link to a notebook, a link that opens the same notebook in Colab
   (relative links do not resolve there);
 - the first code cell: the Colab setup cell (id ``colab-setup``, identical in every notebook, a
-  plain cell that nbgrader copies unchanged into exercises/). Outside Colab it does nothing.
+  plain cell that nbgrader copies unchanged into exercises/). In Colab it pip installs the course
+  and calls `transformer_lab.colab.setup` for the rest; outside Colab it does nothing.
 
 Run ``make exercises`` afterwards (it runs this first). Nothing here is needed at run time.
 With ``--check`` nothing is written; the exit status says whether everything is up to date.
@@ -39,98 +40,20 @@ _NB_LINK = re.compile(
 
 SETUP_TEMPLATE = """\
 # @title Colab setup: run this cell first { display-mode: "form" }
-# In Google Colab this cell installs the course (torch and Colab's other packages stay as they
-# are) and keeps your passing code on your Google Drive, where later notebooks find it.
-# Anywhere else (`make lab`, your own Jupyter) it does nothing. USE_DRIVE = False: no Drive, and
-# your passing code lasts only as long as this runtime.
+# In Google Colab this installs the course (torch and Colab's other packages stay as they are)
+# and keeps your passing code on Google Drive, where later notebooks find it (USE_DRIVE = False:
+# only while this runtime lasts). Anywhere else (`make lab`, your own Jupyter) it does nothing.
+import os
+import sys
+
 USE_DRIVE = True  # @param {type:"boolean"}
 COURSE = "transformer-lab @ @ARCHIVE@"
+if "google.colab" in sys.modules:  # Colab only: install the course, then set it up
+    COURSE = os.environ.get("TRANSFORMER_LAB_INSTALL_SOURCE", COURSE)
+    !{sys.executable} -m pip install -q --no-deps --force-reinstall "$COURSE"
+    import transformer_lab.colab
 
-
-def _colab_setup(course, use_drive):
-    import importlib
-    import importlib.metadata as metadata
-    import os
-    import re
-    import site
-    import subprocess
-    import sys
-    import tempfile
-
-    from pip._vendor.packaging.requirements import Requirement
-    from pip._vendor.packaging.version import InvalidVersion, Version
-
-    def version(name):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
-    def canonical(name):
-        return re.sub(r"[-_.]+", "-", name or "").lower()
-
-    def pip(*args):
-        command = [sys.executable, "-m", "pip", "install", "-q", *args]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode:
-            raise RuntimeError(f"pip install {' '.join(args)} failed:\\n{result.stderr}")
-
-    source = os.environ.get("TRANSFORMER_LAB_INSTALL_SOURCE") or course
-    done = []
-    if version("transformer-lab") != "@VERSION@" or "TRANSFORMER_LAB_INSTALL_SOURCE" in os.environ:
-        pip("--no-deps", "--force-reinstall", source)  # the course alone: nothing else changes
-        importlib.invalidate_caches()  # importable now, without a restart
-        for folder in [*site.getsitepackages(), site.getusersitepackages()]:
-            if os.path.isdir(folder) and folder not in sys.path:
-                site.addsitedir(folder)
-        needed = []  # the course's requirements that this runtime lacks (Colab has them all)
-        for line in metadata.requires("transformer-lab") or []:
-            req = Requirement(line)
-            have = version(req.name)
-            if req.marker and not req.marker.evaluate({"extra": ""}):
-                continue
-            if have is None or not req.specifier.contains(have, prereleases=True):
-                if req.name == "torch":
-                    raise RuntimeError(f"the course needs {req}, this runtime has torch {have}")
-                needed.append(str(req))
-        if needed:  # pip may only add them: everything else stays at its installed version
-            adding = {canonical(Requirement(r).name) for r in needed}
-            pins = {}
-            for dist in metadata.distributions():
-                name = canonical(dist.metadata["Name"])
-                try:
-                    Version(dist.version)
-                except (InvalidVersion, TypeError):
-                    continue
-                if name and name not in adding:
-                    pins.setdefault(name, f"{name}=={dist.version}")
-            with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
-                constraints.write("\\n".join(pins.values()) + "\\n")
-            pip("-c", constraints.name, *needed)
-            importlib.invalidate_caches()
-        done.append(f"installed {source}" + (f" and {', '.join(needed)}" if needed else ""))
-    else:
-        done.append(f"transformer-lab {version('transformer-lab')} already installed")
-    done.append(f"torch {metadata.version('torch')} kept")
-    if use_drive:
-        from google.colab import drive
-
-        mount = os.environ.get("TRANSFORMER_LAB_DRIVE", "/content/drive")
-        drive.mount(mount)
-        folder = os.path.join(mount, "MyDrive", "transformer_lab")
-        os.environ["TRANSFORMER_LAB_STUDENT_DIR"] = folder
-        done.append(f"your passing code is kept on Google Drive in {folder}")
-    else:
-        done.append("Drive off: your passing code is kept only while this runtime lasts")
-    return "Colab setup: " + "; ".join(done)
-
-
-try:
-    import google.colab  # only Colab has it
-except ImportError:
-    pass
-else:
-    print(_colab_setup(COURSE, USE_DRIVE))
+    transformer_lab.colab.setup(COURSE, use_drive=USE_DRIVE)
 """
 
 
@@ -155,7 +78,7 @@ def project(root: Path) -> dict:
             f"pyproject.toml: Repository {repo!r} is not https://github.com/OWNER/NAME"
         )
     branch = data.get("tool", {}).get("transformer-lab", {}).get("branch", "main")
-    return {"repository": repo, "branch": branch, "version": data["project"]["version"]}
+    return {"repository": repo, "branch": branch}
 
 
 def colab_url(info: dict, path: str) -> str:
@@ -169,11 +92,10 @@ def badge(info: dict, path: str) -> str:
 
 
 def setup_source(info: dict) -> str:
-    """The text of the setup cell: installs the course at this version from the repository."""
+    """The text of the setup cell: in Colab, installs the course from the repository."""
     # the branch the Colab badges open, so the code always matches the notebook it serves
     archive = f"{info['repository']}/archive/refs/heads/{info['branch']}.zip"
-    text = SETUP_TEMPLATE.replace("@ARCHIVE@", archive).replace("@VERSION@", info["version"])
-    return text.rstrip("\n")
+    return SETUP_TEMPLATE.replace("@ARCHIVE@", archive).rstrip("\n")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Colab: badges and links from the one repository address, the setup cell, and a simulated Colab.
 
 The simulated Colab (slow) is a fresh venv with torch and Colab's ipywidgets 7.7.1 and matplotlib
-preinstalled and no course; a stand-in `google.colab` whose `drive.mount` makes a folder; one
-exercise and one lecture copied alone into empty folders; the setup cell installs a wheel of the
-course through TRANSFORMER_LAB_INSTALL_SOURCE. Its transcript goes to tests/artifacts/.
+preinstalled and no course; a stand-in `google.colab`, loaded when Python starts as Colab's kernel
+loads it, whose `drive.mount` makes a folder; one exercise and one lecture copied alone into empty
+folders; the setup cell installs a wheel of the course through TRANSFORMER_LAB_INSTALL_SOURCE. The
+setup cell alone runs as IPython runs a cell (its pip line is a shell command). Its transcript goes to
+tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -144,22 +146,32 @@ def test_mutant_colab_link_missing_or_dead_is_caught():
     assert colab_link_problems(linked.replace("/blob/main/", "/blob/dev/"))  # another branch
 
 
+# One cell, read from stdin, run as IPython runs a notebook cell (magics included); an error in
+# it is raised (exit status 1, the traceback on stderr). The last line printed is JSON: the modules
+# the cell imported and its time.
+CELL_RUNNER = """\
+import json, sys, time
+from IPython.core.interactiveshell import InteractiveShell
+from traitlets.config import Config
+
+config = Config()
+config.HistoryManager.enabled = False
+shell = InteractiveShell.instance(config=config)
+source = sys.stdin.read()
+before, start = set(sys.modules), time.perf_counter()
+result = shell.run_cell(source)
+seconds = time.perf_counter() - start
+result.raise_error()
+print(json.dumps({"new": sorted(set(sys.modules) - before), "seconds": seconds}))
+"""
+
+
 def _run_outside_colab(source: str) -> subprocess.CompletedProcess:
-    """Run a setup cell in a fresh interpreter (this one's environment, no google.colab); print
+    """Run a setup cell in a fresh IPython (this one's environment, no google.colab); print
     the modules it imported and its time as the last line."""
-    probe = textwrap.dedent(
-        """
-        import json, sys, time
-        source = sys.stdin.read()
-        before, start = set(sys.modules), time.perf_counter()
-        exec(compile(source, "setup-cell", "exec"), {"__name__": "__main__"})
-        seconds = time.perf_counter() - start
-        print(json.dumps({"new": sorted(set(sys.modules) - before), "seconds": seconds}))
-        """
-    )
     env = dict(os.environ, TRANSFORMER_LAB_INSTALL_SOURCE=str(ROOT / "no-such-wheel.whl"))
     return subprocess.run(
-        [sys.executable, "-c", probe],
+        [sys.executable, "-c", CELL_RUNNER],
         input=source,
         capture_output=True,
         text=True,
@@ -181,8 +193,9 @@ def test_setup_cell_does_nothing_outside_colab():
 
 def test_mutant_setup_cell_without_the_colab_guard_is_caught():
     unguarded = ns.setup_source(INFO).replace(
-        "import google.colab  # only Colab has it", "import json  # always there"
+        'if "google.colab" in sys.modules:', 'if "json" in sys.modules:  # always there'
     )
+    assert unguarded != ns.setup_source(INFO)
     result = _run_outside_colab(unguarded)
     # it tries to install (the nonexistent wheel): fails, or at least imports pip and subprocess
     assert (
@@ -218,6 +231,9 @@ def mount(mountpoint, force_remount=False, timeout_ms=120000, readonly=False):
     print(f"Mounted at {mountpoint}")
 '''
 
+# Colab's kernel runs with google.colab loaded, before the first cell
+STAND_IN_SITECUSTOMIZE = "import google.colab\n"
+
 RUNNER = '''\
 """Execute a notebook on this venv's python3 kernel; write it back with its outputs."""
 import sys
@@ -238,13 +254,15 @@ finally:
 '''
 
 
+def _venv(python: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """The venv's python with `args`, without this run's PYTHONPATH (it may name a course)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(python), *args], env=env, **kwargs)
+
+
 def _pip(python: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    pip = ["-m", "pip", "install", "-q", *args]
+    return _venv(python, *pip, capture_output=True, text=True, timeout=900)
 
 
 def _torch_fingerprint(python: Path) -> dict:
@@ -264,25 +282,23 @@ def _torch_fingerprint(python: Path) -> dict:
         }))
         """
     )
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    out = _venv(python, "-c", code, capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
 def _versions(python: Path, *names: str) -> dict:
     code = "import json, sys\nfrom importlib import metadata\n"
     code += "print(json.dumps({n: metadata.version(n) for n in sys.argv[1:]}))"
-    out = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True)
+    out = _venv(python, "-c", code, *names, capture_output=True, text=True)
     return json.loads(out.stdout)
 
 
 def _uninstall_course(python: Path) -> None:
-    subprocess.run(
-        [str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer-lab"], capture_output=True
-    )
+    _venv(python, "-m", "pip", "uninstall", "-q", "-y", "transformer-lab", capture_output=True)
 
 
 def _has_course(python: Path) -> bool:
-    probe = subprocess.run([str(python), "-c", "import transformer_lab"], capture_output=True)
+    probe = _venv(python, "-c", "import transformer_lab", capture_output=True)
     return probe.returncode == 0
 
 
@@ -325,6 +341,8 @@ def colab(tmp_path_factory):
     (stand_in / "google" / "colab").mkdir(parents=True)  # `google`: a namespace package
     (stand_in / "google" / "colab" / "__init__.py").write_text("", encoding="utf-8")
     (stand_in / "google" / "colab" / "drive.py").write_text(STAND_IN_DRIVE, encoding="utf-8")
+    (stand_in / "sitecustomize.py").write_text(STAND_IN_SITECUSTOMIZE, encoding="utf-8")
+    (base / "run_cell.py").write_text(CELL_RUNNER, encoding="utf-8")
     (base / "run_notebook.py").write_text(RUNNER, encoding="utf-8")
     wheel = _build_wheel(base / "source", base / "wheels")
     return {"base": base, "python": python, "stand_in": stand_in, "wheel": wheel}
@@ -446,9 +464,7 @@ def test_simulated_colab_installs_checks_and_keeps_progress_on_drive(colab, tmp_
     assert _versions(python, *colab_versions) == colab_versions
 
     # runtime 2: a new HOME and process, the course gone again, the same Drive
-    subprocess.run(
-        [str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer-lab"], check=True
-    )
+    _venv(python, "-m", "pip", "uninstall", "-q", "-y", "transformer-lab", check=True)
     assert not _has_course(python)
     nb, seconds = _runtime(
         colab, "runtime2", ROOT / "lectures" / "03_multihead_attention.ipynb", drive
@@ -581,7 +597,8 @@ def test_simulated_colab_setup_never_changes_torch(colab, tmp_path):
     env = _colab_env(colab, home, tmp_path / "drive", wheel=wheel)
     env["STAND_IN_DRIVE_LOG"] = str(tmp_path / "mounts.log")
     result = subprocess.run(
-        [str(python), "-c", ns.setup_source(INFO)],
+        [str(python), str(colab["base"] / "run_cell.py")],
+        input=ns.setup_source(INFO),
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -600,7 +617,7 @@ def test_simulated_colab_setup_adds_only_what_is_missing_and_works_without_drive
     with USE_DRIVE off it mounts nothing and says where the code stays."""
     python = colab["python"]
     before = _torch_fingerprint(python), _versions(python, "ipywidgets", "matplotlib", "numpy")
-    assert subprocess.run([str(python), "-c", "import termcolor"], capture_output=True).returncode
+    assert _venv(python, "-c", "import termcolor", capture_output=True).returncode
     wheel = _build_wheel(
         tmp_path / "source",
         tmp_path / "wheels",
@@ -618,7 +635,8 @@ def test_simulated_colab_setup_adds_only_what_is_missing_and_works_without_drive
     assert no_drive != ns.setup_source(INFO)
     try:
         result = subprocess.run(
-            [str(python), "-c", no_drive + "\nimport termcolor, transformer_lab"],
+            [str(python), str(colab["base"] / "run_cell.py")],
+            input=no_drive + "\nimport termcolor, transformer_lab",
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -632,6 +650,4 @@ def test_simulated_colab_setup_adds_only_what_is_missing_and_works_without_drive
         assert after == before
     finally:
         _uninstall_course(python)
-        subprocess.run(
-            [str(python), "-m", "pip", "uninstall", "-q", "-y", "termcolor"], capture_output=True
-        )
+        _venv(python, "-m", "pip", "uninstall", "-q", "-y", "termcolor", capture_output=True)

@@ -13,25 +13,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from transformer_lab.instructor.course import assignments
+
 ROOT = Path(__file__).resolve().parents[2]
 LECTURES = ROOT / "lectures"
 NOTEBOOKS = sorted(LECTURES.glob("[0-9][0-9]_*.ipynb"))
 START_HERE = LECTURES / "00_start_here.ipynb"
-LESSONS = [
-    "01_rnn_limits",
-    "02_qkv_attention",
-    "03_multihead_attention",
-    "04_positional_encoding",
-    "05_add_norm",
-    "06_masking",
-    "07_cross_attention",
-    "08_gpt",
-    "09_bert",
-    "10_bart",
-    "11_vit",
-    "12_attention_at_scale",
-    "13_clip",
-]
+# Every lesson in solutions/ (folders NN_topic holding NN_topic.ipynb), in course order.
+LESSONS = assignments(ROOT)
 
 # [text](target) in markdown, and href="target" / src="target" in inline HTML
 _LINK = re.compile(
@@ -142,6 +131,38 @@ def test_start_here_maps_every_lesson_in_order():
                 assert f"]({target})" in row, f"link {target} from the course map"
             else:
                 assert "coming" in row and target not in links, f"{target} does not exist yet"
+
+
+def readme_map_problems(readme: str, lessons: list[str]) -> list[str]:
+    """What the README's course map lacks: a row per lesson, in order, linking its lecture and its
+    exercise (empty when it is complete)."""
+    rows = [line for line in readme.splitlines() if re.match(r"^\|\s*\d\d\s*\|", line)]
+    problems = []
+    if [row.split("|")[1].strip() for row in rows] != [name[:2] for name in lessons]:
+        problems.append(f"rows {[row.split('|')[1].strip() for row in rows]}, lessons {lessons}")
+    for row, name in zip(rows, lessons):
+        for target in (f"lectures/{name}.ipynb", f"exercises/{name}/{name}.ipynb"):
+            if f"]({target})" not in row:
+                problems.append(f"the row of {name} does not link {target}")
+    return problems
+
+
+def test_readme_maps_every_lesson_in_order():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme_map_problems(readme, LESSONS) == []
+
+
+def test_mutant_readme_row_missing_or_unlinked_is_caught():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    last = LESSONS[-1]
+    without = "\n".join(
+        line for line in readme.splitlines() if not line.startswith(f"| {last[:2]} |")
+    )
+    assert readme_map_problems(without, LESSONS)
+    unlinked = readme.replace(f"](exercises/{last}/{last}.ipynb)", "](exercises/)")
+    assert readme_map_problems(unlinked, LESSONS) == [
+        f"the row of {last} does not link exercises/{last}/{last}.ipynb"
+    ]
 
 
 def test_start_here_explains_the_student_package():

@@ -7,7 +7,7 @@ parent, and a check's arguments may be any object); the child's replies a JSON b
 (`pack_reply`), which the parent reads with `unpack_reply`: plain data only (tensors, numbers,
 strings, None, lists, tuples, dicts with string keys), nothing that runs code on this side.
 Much faster than ``torch.save``/``torch.load(weights_only=True)``, which cost ~1 ms a call on
-both sides (`benchmarks/RESULTS.md` §22).
+both sides (`benchmarks/history/journal.md` §22).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why: a job started as `python -m transformer_lab.instructor.job` pays the interpreter's start and
 `job.trusted_imports` (torch, nbgrader, the checks: about 2.5-2.8 CPU s) for every notebook
-(benchmarks/RESULTS.md §11). The worker pays them once per run (`Grader.run`) or once per Dask
+(benchmarks/history/journal.md §11). The worker pays them once per run (`Grader.run`) or once per Dask
 worker process (`process_worker`), then for each job forks a child that becomes the job:
 
 - a new session, killed with its parent (PR_SET_PDEATHSIG), the job's rlimits (`_set_limits`);

@@ -1,0 +1,169 @@
+"""The package's structure, read from its imports: import cycles, and private names reached across
+packages. Run by tests/test_structure.py; by hand:
+
+    python tests/structure.py [SRC] [--package transformer_lab]      # SRC defaults to shared/
+
+Every `.py` file under SRC/PACKAGE is a module, read with `ast` (nothing is imported or run).
+
+- **Cycles.** Module A depends on B when A imports B, or imports a name from B (`from B import x`;
+  `from P import B` with B a submodule of P depends on B), at any depth of the file: a function's
+  lazy import is still a dependency. Imports under `if TYPE_CHECKING:` are not (they never run).
+  Two modules that depend on each other, directly or round a longer loop, form a cycle, except a
+  package and one of its own submodules alone (its `__init__` re-exporting the submodule, which
+  reads a sibling through the package).
+- **Private reaches.** A private name (`_x`, not `__x__`) of one module may be used by the modules
+  of its own subpackage (`check/`, `instructor/`), never from outside it; each module directly in
+  the top-level package is a unit of its own. Reported: `from B import _x`, and `B._x` where B
+  is a name bound to a module by an import.
+
+Prints one line per problem and a summary, "structure: C cycles, P private reaches"; exits 1 when
+there is a problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Module:
+    name: str  # dotted: transformer_lab.check.engine
+    path: Path
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
+
+    @property
+    def package(self) -> str:
+        """The package whose private names this module may share."""
+        return self.name if self.is_package else self.name.rpartition(".")[0]
+
+
+@dataclass
+class Report:
+    cycles: list[list[str]] = field(default_factory=list)
+    private: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.cycles and not self.private
+
+    def lines(self) -> list[str]:
+        out = [f"cycle: {' -> '.join(cycle)}" for cycle in self.cycles]
+        out += [f"private: {reach}" for reach in self.private]
+        out.append(f"structure: {len(self.cycles)} cycles, {len(self.private)} private reaches")
+        return out
+
+
+def find_modules(src: Path, package: str) -> dict[str, Module]:
+    top = src / package
+    if not (top / "__init__.py").is_file():
+        raise FileNotFoundError(f"no package {package!r} under {src} (no {top / '__init__.py'})")
+    modules = {}
+    for path in sorted(top.rglob("*.py")):
+        parts = path.relative_to(src).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = Module(name, path)
+    return modules
+
+
+def _absolute(module: Module, level: int, target: str | None) -> str:
+    """The absolute name of `from <level dots><target> import ...` written in `module`."""
+    if level == 0:
+        return target or ""
+    base = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes inside `if TYPE_CHECKING:` blocks."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(inner) for stmt in node.body for inner in ast.walk(stmt)}
+    return skipped
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def check(src: Path, package: str) -> Report:
+    modules = find_modules(src, package)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    report = Report()
+
+    def reach(user: Module, owner: str, name: str, how: str) -> None:
+        if (
+            _private(name)
+            and owner != user.name
+            and (modules[owner].package != user.package or user.package == package)
+        ):
+            report.private.append(f"{user.name} {how} {owner}.{name}")
+
+    for module in modules.values():
+        tree = ast.parse(module.path.read_text(encoding="utf-8"), str(module.path))
+        skipped = _type_checking_only(tree)
+        bound = {}  # local name -> the module it is bound to
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules:
+                        graph.add_edge(module.name, alias.name)
+                        if alias.asname:
+                            bound[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                source = _absolute(module, node.level, node.module)
+                for alias in node.names:
+                    submodule = f"{source}.{alias.name}"
+                    if submodule in modules:
+                        graph.add_edge(module.name, submodule)
+                        bound[alias.asname or alias.name] = submodule
+                    elif source in modules:
+                        graph.add_edge(module.name, source)
+                        reach(module, source, alias.name, "imports")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                owner = bound.get(node.value.id)
+                if owner:
+                    reach(module, owner, node.attr, "uses")
+    graph.remove_edges_from(nx.selfloop_edges(graph))
+
+    for component in nx.strongly_connected_components(graph):
+        if len(component) < 2:
+            continue
+        members = sorted(component)
+        first, second = members[0], members[-1]
+        if len(members) == 2 and modules[first].is_package and second.startswith(first + "."):
+            continue  # a package and one of its submodules
+        report.cycles.append(members)
+    report.cycles.sort()
+    report.private = sorted(set(report.private))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", nargs="?", type=Path, default=ROOT / "shared")
+    parser.add_argument("--package", default="transformer_lab")
+    args = parser.parse_args(argv)
+    report = check(args.src, args.package)
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,8 @@ import re
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from transformer_lab.notebook_setup import SETUP_ID
+
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # The first line of transformer_lab.check.feedback.render (its HEADLINE_MARK), for these errors.
 RENDERED = {"CheckFailed", "ImplementThisYourself"}
@@ -48,6 +50,10 @@ class HideHiddenTests(NbGraderPreprocessor):
             if not hiding:
                 out.append(line)
         return "\n".join(out)
+
+    def preprocess(self, nb, resources):
+        nb.cells = [cell for cell in nb.cells if cell.get("id") != SETUP_ID]
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, cell_index):
         if cell.cell_type != "code":

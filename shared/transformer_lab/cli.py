@@ -5,12 +5,13 @@
     progress                       which parts of your own package are yours
 
 Instructors (one command per step; see INSTRUCTORS.md):
-    release ASSIGNMENT [--exchange DIR]           generate + hand out
-    collect SOURCE ASSIGNMENT --out DIR            exchange / LMS zip or folder -> nbgrader layout
+    release ASSIGNMENT [--exchange [DIR]]         generate + hand out
+    collect SOURCE ASSIGNMENT [--out DIR]          exchange / LMS zip or folder -> nbgrader layout
     grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--students ...]
           [--scheduler tcp://HOST:PORT]            sandboxed, parallel, resumable autograding
                                                    (on Dask workers with --scheduler)
-    feedback ASSIGNMENT [--student S ...]          feedback HTML per student (no hidden tests)
+    feedback ASSIGNMENT [--student S ...] [--lms-zip Z]  feedback HTML per student (no hidden
+                                                   tests); a zip for Canvas's bulk upload
     export [--out grades.csv] [--assignment A]     CSV of every result record
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
 
@@ -51,19 +52,31 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("feedback", help="feedback HTML per student (hidden tests never shown)")
     p.add_argument("assignment")
     p.add_argument("--student", nargs="*", help="only these students (default: all graded)")
+    p.add_argument(
+        "--lms-zip", type=Path, help="also write the pages into this zip for Canvas's bulk upload"
+    )
 
     sub.add_parser("progress", help="which parts of your package are yours")
 
     p = sub.add_parser("release", help="generate an assignment and hand it out")
     p.add_argument("assignment")
     p.add_argument(
-        "--exchange", type=Path, help="nbgrader exchange root (default: none, for an LMS)"
+        "--exchange",
+        nargs="?",
+        const="exchange",
+        help="nbgrader exchange root; alone: the one autograder/nbgrader_config.py sets "
+        "(default: none, for an LMS)",
     )
 
     p = sub.add_parser("collect", help="exchange or LMS download -> <out>/<student>/<assignment>/")
-    p.add_argument("source", type=Path, help="exchange root, inbound/ folder, LMS zip or folder")
+    p.add_argument(
+        "source",
+        help="'exchange' (the configured one), an exchange root, inbound/ folder, LMS zip or folder",
+    )
     p.add_argument("assignment")
-    p.add_argument("--out", type=Path, required=True, help="folder for the nbgrader layout")
+    p.add_argument(
+        "--out", type=Path, help="folder for the layout (default: autograder/work/collected/A)"
+    )
     p.add_argument(
         "--pattern", help="regex with a group (?P<student>…) (and optionally (?P<file>…))"
     )
@@ -114,15 +127,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from .instructor import commands
 
-    if args.command == "collect":  # needs no course
-        return commands.collect(args.source, args.assignment, args.out, args.pattern)
     root = commands.open_course(args.course_dir)
+    if args.command == "collect":
+        return commands.collect(root, args.source, args.assignment, args.out, args.pattern)
     if args.command == "generate":
         return commands.generate(root, args.assignments)
     if args.command == "autograde":
         return commands.autograde(root, args.assignment, args.notebooks, args.student)
     if args.command == "feedback":
-        return commands.feedback(root, args.assignment, args.student)
+        return commands.feedback(root, args.assignment, args.student, args.lms_zip)
     if args.command == "release":
         return commands.release(root, args.assignment, args.exchange)
     if args.command == "grade":

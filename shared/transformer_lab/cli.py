@@ -12,7 +12,8 @@ Instructors (one command per step; see INSTRUCTORS.md):
                                                    (on Dask workers with --scheduler)
     feedback ASSIGNMENT [--student S ...] [--lms-zip Z]  feedback HTML per student (no hidden
                                                    tests); a zip for Canvas's bulk upload
-    export [--out grades.csv] [--assignment A]     CSV of every result record
+    export [--out grades.csv] [--assignment A] [--wide]  CSV of every result record (--wide:
+                                                   a row per student, a column per lesson)
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
 
 This module only parses the arguments: each command is one function of
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("export", help="CSV of every graded submission")
     p.add_argument("--out", type=Path, default=Path("grades.csv"))
     p.add_argument("--assignment", help="only this assignment")
+    p.add_argument(
+        "--wide", action="store_true", help="one row per student, one column per lesson (LMS)"
+    )
 
     p = sub.add_parser("report", help="class report for an assignment")
     p.add_argument("assignment")
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             verify=not args.no_verify,
         )
     if args.command == "export":
-        return commands.export(root, args.out, args.assignment)
+        return commands.export(root, args.out, args.assignment, args.wide)
     return commands.report(root, args.assignment, args.out_dir)
 
 

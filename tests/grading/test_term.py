@@ -458,3 +458,45 @@ def test_the_long_export_keeps_its_columns(course, tmp_path):
     _graded_record(course, "amy", 3.0)
     rows = list(csv.reader(io.StringIO(export.export(course, tmp_path / "all.csv").read_text())))
     assert rows[0][:7] == rec.FIXED and rows[1][:3] == ["amy", TINY, "3"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The export an LMS takes: a row per student, a column per lesson, the LMS id.
+
+
+def _wide_term(course: Path, tmp_path: Path) -> list[list[str]]:
+    got = collect.collect(_zip(tmp_path / "canvas.zip", NAMESAKES), TINY, tmp_path / "out")
+    found = {s: tmp_path / "out" / s / TINY for s in got.students}
+    found["dave"] = tmp_path / "out" / "dave" / TINY  # from the exchange, say
+    identities.remember(course, TINY, tmp_path / "out", found)
+    _graded_record(course, "111", 3.0)
+    _graded_record(course, "222", 1.0)
+    _graded_record(course, "dave", 2.0)
+    rec.write_record(
+        course,
+        {**_graded_record(course, "333", 3.0), "status": "ungradable", "reason": "empty file"},
+    )
+    other = {"student": "111", "assignment": "98_other", "status": "graded", "score": 4.0}
+    rec.write_record(course, {**other, "max_score": 5.0, "cells": {}, "flags": []})
+    out = export.export_wide(course, tmp_path / "wide.csv")
+    return list(csv.reader(io.StringIO(out.read_text())))
+
+
+WIDE = [
+    ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "98_other", TINY],
+    ["Points Possible", "", "", "", "", "5", "3"],
+    ["dave", "", "", "dave", "", "", "2"],
+    ["smithjohn", "111", "", "", "", "4", "3"],
+    ["smithjohn", "222", "", "", "", "", "1"],
+    ["smithjohn", "333", "", "", "", "", "0"],
+]
+
+
+def test_the_wide_export_has_a_row_per_student_and_the_canvas_id(course, tmp_path):
+    assert _wide_term(course, tmp_path) == WIDE
+
+
+def test_a_wide_export_without_the_lms_identities_fails_the_check(course, tmp_path, monkeypatch):
+    """Mutant: no identities kept (today): rows without the names and the Canvas ids."""
+    monkeypatch.setattr(identities, "load", lambda course, assignment=None: {})
+    assert _wide_term(course, tmp_path) != WIDE

@@ -161,10 +161,11 @@ def grade(
     return 0
 
 
-def export(course: Path, out: Path, assignment: str | None) -> int:
+def export(course: Path, out: Path, assignment: str | None, wide: bool = False) -> int:
     from .export import export as export_csv
+    from .export import export_wide
 
-    print(export_csv(course, out, assignment))
+    print((export_wide if wide else export_csv)(course, out, assignment))
     return 0
 
 

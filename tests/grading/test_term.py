@@ -500,3 +500,41 @@ def test_a_wide_export_without_the_lms_identities_fails_the_check(course, tmp_pa
     """Mutant: no identities kept (today): rows without the names and the Canvas ids."""
     monkeypatch.setattr(identities, "load", lambda course, assignment=None: {})
     assert _wide_term(course, tmp_path) != WIDE
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Duplicates flagged: byte-identical submissions listed in the report, scores unchanged.
+
+
+def _class_with_copies(course: Path, tmp_path: Path) -> dict:
+    from transformer_lab.instructor.report import build_report
+
+    untouched = submission_sha256(course / "exercises" / TINY)
+    for student, score, sha in [
+        ("amy", 3.0, "a" * 64),
+        ("ben", 3.0, "a" * 64),  # amy's bytes
+        ("cat", 0.0, untouched),  # the release handed in as it is
+        ("dan", 0.0, untouched),
+        ("eve", 1.0, "e" * 64),
+    ]:
+        _graded_record(course, student, score, submission_sha256=sha)
+    build_report(course, TINY, tmp_path / "report")
+    return json.loads((tmp_path / "report" / "summary.json").read_text())
+
+
+def test_identical_submissions_are_listed_and_scored_as_they_are(course, tmp_path):
+    summary = _class_with_copies(course, tmp_path)
+    assert summary["identical"] == [["amy", "ben"]]
+    assert summary["scores"]["ben"] == 3.0
+    assert "Identical submissions" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_counting_the_untouched_release_as_copies_fails_the_check(course, tmp_path, monkeypatch):
+    """Mutant: every blank submission listed as a copy of the others."""
+    from transformer_lab.instructor import report
+
+    real = report.identical_submissions
+    monkeypatch.setattr(
+        report, "identical_submissions", lambda records, untouched="": real(records)
+    )
+    assert _class_with_copies(course, tmp_path)["identical"] != [["amy", "ben"]]

@@ -260,6 +260,7 @@ def clean_record(record, assignment: str) -> dict:
         "max_score": _number(record.get("max_score", 0.0)),
         "cells": clean_cells,
         "flags": [str(f) for f in flags],
+        "submission_sha256": str(record.get("submission_sha256") or ""),
     }
 
 

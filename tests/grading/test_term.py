@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
+from test_instructor_grade import NAME, TINY, _student_nb, _zip, tiny_course  # noqa: F401
 
 from transformer_lab.instructor import (
     collect,
@@ -37,13 +37,6 @@ from transformer_lab.notebook_setup import SETUP_ID
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
-
-
-def _zip(path: Path, members: dict[str, bytes]) -> Path:
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
-    return path
 
 
 @pytest.fixture

@@ -542,3 +542,21 @@ def test_counting_the_untouched_release_as_copies_fails_the_check(course, tmp_pa
         report, "identical_submissions", lambda records, untouched="": real(records)
     )
     assert _class_with_copies(course, tmp_path)["identical"] != [["amy", "ben"]]
+
+
+def test_release_and_collect_use_the_configured_exchange(course, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRANSFORMER_LAB_EXCHANGE", str(tmp_path / "hub"))
+    handed = []
+    import transformer_lab.instructor.release as release_module
+
+    monkeypatch.setattr(release_module, "release", lambda c, a, exchange: handed.append(exchange))
+    assert commands.release(course, TINY, "exchange") == 0
+    assert commands.release(course, TINY, None) == 0  # an LMS upload: no exchange
+    assert handed == [(tmp_path / "hub").resolve(), None]
+    folder = (
+        tmp_path / "hub" / "transformer-lab" / "inbound" / f"amy+{TINY}+2026-11-21 09:00:00 UTC"
+    )
+    folder.mkdir(parents=True)
+    (folder / NAME).write_bytes(b"{}")
+    assert commands.collect(course, "exchange", TINY, None, None) == 0
+    assert (course / "autograder" / "work" / "collected" / TINY / "amy" / TINY / NAME).is_file()

@@ -14,6 +14,8 @@ import re
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from transformer_lab.notebook_setup import SETUP_ID
+
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # The first line of transformer_lab.check.feedback.render (its HEADLINE_MARK), for these errors.
 RENDERED = {"CheckFailed", "ImplementThisYourself"}
@@ -49,7 +51,15 @@ class HideHiddenTests(NbGraderPreprocessor):
                 out.append(line)
         return "\n".join(out)
 
+    def preprocess(self, nb, resources):
+        nb.cells = [cell for cell in nb.cells if cell.get("id") != SETUP_ID]
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell, resources, cell_index):
+        if cell.cell_type == "markdown":  # imported here: grading itself never needs it
+            from transformer_lab.instructor.maths_html import markdown_with_mathml
+
+            cell.source = markdown_with_mathml(cell.source)
         if cell.cell_type != "code":
             return cell, resources
         is_test = cell.metadata.get("nbgrader", {}).get("grade", False) and not cell.metadata.get(

@@ -7,6 +7,10 @@ Layout: the course root is the repository (or $TRANSFORMER_LAB_COURSE_ROOT, used
 grade in a temporary copy); `solutions/` is nbgrader's source, `exercises/` its release, and
 every other step (submitted, autograded, feedback) plus the SQLite gradebook lives under
 `autograder/work/`, which git ignores.
+
+The nbgrader exchange (where lessons are handed out, students submit, and `nbgrader
+release_feedback` returns feedback) is `exchange_root.py`'s: $TRANSFORMER_LAB_EXCHANGE, by
+default `autograder/work/exchange/`.
 """
 
 import os
@@ -19,6 +23,7 @@ WORK = ROOT / "autograder" / "work"
 WORK.mkdir(parents=True, exist_ok=True)
 
 sys.path.insert(0, str(HERE))
+from exchange_root import exchange_root  # noqa: E402
 from feedback_filter import HideHiddenTests  # noqa: E402
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import GetGrades  # noqa: E402
@@ -43,6 +48,7 @@ c.CourseDirectory.autograded_directory = "autograder/work/autograded"
 c.CourseDirectory.feedback_directory = "autograder/work/feedback"
 c.CourseDirectory.solution_directory = "autograder/work/release_solutions"
 c.CourseDirectory.db_url = f"sqlite:///{WORK / 'gradebook.db'}"
+c.Exchange.root = str(exchange_root(ROOT))
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback"]
 
 c.GenerateAssignment.create_assignment = True

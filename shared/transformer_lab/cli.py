@@ -6,13 +6,15 @@
     presubmit NOTEBOOK.ipynb       before you submit: run it as the grader will; will it grade?
 
 Instructors (one command per step; see INSTRUCTORS.md):
-    release ASSIGNMENT [--exchange DIR]           generate + hand out
-    collect SOURCE ASSIGNMENT --out DIR            exchange / LMS zip or folder -> nbgrader layout
+    release ASSIGNMENT [--exchange [DIR]]         generate + hand out
+    collect SOURCE ASSIGNMENT [--out DIR]          exchange / LMS zip or folder -> nbgrader layout
     grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--students ...]
           [--scheduler tcp://HOST:PORT]            sandboxed, parallel, resumable autograding
                                                    (on Dask workers with --scheduler)
-    feedback ASSIGNMENT [--student S ...]          feedback HTML per student (no hidden tests)
-    export [--out grades.csv] [--assignment A]     CSV of every result record
+    feedback ASSIGNMENT [--student S ...] [--lms-zip Z]  feedback HTML per student (no hidden
+                                                   tests); a zip for Canvas's bulk upload
+    export [--out grades.csv] [--assignment A] [--wide]  CSV of every result record (--wide:
+                                                   a row per student, a column per lesson)
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
 
 This module only parses the arguments: each command is one function of
@@ -52,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("feedback", help="feedback HTML per student (hidden tests never shown)")
     p.add_argument("assignment")
     p.add_argument("--student", nargs="*", help="only these students (default: all graded)")
+    p.add_argument(
+        "--lms-zip", type=Path, help="also write the pages into this zip for Canvas's bulk upload"
+    )
 
     sub.add_parser("progress", help="which parts of your package are yours")
 
@@ -65,13 +70,22 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("release", help="generate an assignment and hand it out")
     p.add_argument("assignment")
     p.add_argument(
-        "--exchange", type=Path, help="nbgrader exchange root (default: none, for an LMS)"
+        "--exchange",
+        nargs="?",
+        const="exchange",
+        help="nbgrader exchange root; alone: the one autograder/nbgrader_config.py sets "
+        "(default: none, for an LMS)",
     )
 
     p = sub.add_parser("collect", help="exchange or LMS download -> <out>/<student>/<assignment>/")
-    p.add_argument("source", type=Path, help="exchange root, inbound/ folder, LMS zip or folder")
+    p.add_argument(
+        "source",
+        help="'exchange' (the configured one), an exchange root, inbound/ folder, LMS zip or folder",
+    )
     p.add_argument("assignment")
-    p.add_argument("--out", type=Path, required=True, help="folder for the nbgrader layout")
+    p.add_argument(
+        "--out", type=Path, help="folder for the layout (default: autograder/work/collected/A)"
+    )
     p.add_argument(
         "--pattern", help="regex with a group (?P<student>…) (and optionally (?P<file>…))"
     )
@@ -109,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("export", help="CSV of every graded submission")
     p.add_argument("--out", type=Path, default=Path("grades.csv"))
     p.add_argument("--assignment", help="only this assignment")
+    p.add_argument(
+        "--wide", action="store_true", help="one row per student, one column per lesson (LMS)"
+    )
 
     p = sub.add_parser("report", help="class report for an assignment")
     p.add_argument("assignment")
@@ -126,15 +143,15 @@ def main(argv: list[str] | None = None) -> int:
         return presubmit(args)
     from .instructor import commands
 
-    if args.command == "collect":  # needs no course
-        return commands.collect(args.source, args.assignment, args.out, args.pattern)
     root = commands.open_course(args.course_dir)
+    if args.command == "collect":
+        return commands.collect(root, args.source, args.assignment, args.out, args.pattern)
     if args.command == "generate":
         return commands.generate(root, args.assignments)
     if args.command == "autograde":
         return commands.autograde(root, args.assignment, args.notebooks, args.student)
     if args.command == "feedback":
-        return commands.feedback(root, args.assignment, args.student)
+        return commands.feedback(root, args.assignment, args.student, args.lms_zip)
     if args.command == "release":
         return commands.release(root, args.assignment, args.exchange)
     if args.command == "grade":
@@ -154,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             verify=not args.no_verify,
         )
     if args.command == "export":
-        return commands.export(root, args.out, args.assignment)
+        return commands.export(root, args.out, args.assignment, args.wide)
     return commands.report(root, args.assignment, args.out_dir)
 
 

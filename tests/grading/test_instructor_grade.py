@@ -336,15 +336,26 @@ def test_canvas_moodle_folder_and_named_files_are_attributed(tmp_path):
     )
     got = collect.collect(archive, "02_qkv_attention", tmp_path / "out")
     assert got.kind == "lms"
-    assert got.students == {
-        "alice": ["02_qkv_attention.ipynb"],
-        "bob": ["02_qkv_attention-1.ipynb"],
+    assert got.students == {  # Canvas students by their Canvas user id, the name beside it
+        "12345": ["02_qkv_attention.ipynb"],
+        "222": ["02_qkv_attention-1.ipynb"],
         "carol_smith": ["02_qkv_attention.ipynb"],
         "dave": ["02_qkv_attention.ipynb", "data.csv"],
         "erin": ["erin.ipynb"],
     }
     assert [name for name, _ in got.unattributed] == ["README for the course.ipynb"]
     assert got.ignored == ["__MACOSX/._erin.ipynb"]
+    assert got.identities["12345"] == {
+        "name": "alice",
+        "lms": "canvas",
+        "lms_id": "12345",
+        "lms_file": "alice_12345_67890_02_qkv_attention.ipynb",
+        "late": False,
+    }
+    assert got.identities["222"]["late"] is True and got.identities["222"]["name"] == "bob"
+    assert got.identities["carol_smith"]["lms"] == "moodle"
+    assert got.identities["carol_smith"]["lms_id"] == "4444"
+    assert got.identities["dave"] == {"name": "dave", "lms": None, "lms_id": None}
     assert (
         tmp_path / "out" / "carol_smith" / "02_qkv_attention" / "02_qkv_attention.ipynb"
     ).read_bytes() == b"c"
@@ -683,12 +694,15 @@ def test_an_lms_zip_is_collected_and_graded_via_the_cli(tiny_course, tmp_path):
         text=True,
         env=env,
     )
-    assert result.returncode == 0, result.stderr
+    # the others are graded, but a file placed nowhere fails the command, as in `collect`
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith(f"course: {course}")
     assert "NOT ATTRIBUTED: mystery.ipynb.bak" in result.stdout
+    assert "could not be attributed" in result.stderr
     rows = {r["student"]: r for r in csv.DictReader(out.open())}
-    assert sorted(rows) == ["yan", "zoe"]
-    assert rows["yan"]["reason"].startswith(f"renamed 99_tiny-1.ipynb to {NAME}")
-    assert rows["zoe"]["score"] == "3" and rows["zoe"]["status"] == "graded"
+    assert sorted(rows) == ["11", "33"]  # Canvas user ids
+    assert rows["33"]["reason"].startswith(f"renamed 99_tiny-1.ipynb to {NAME}")
+    assert rows["11"]["score"] == "3" and rows["11"]["status"] == "graded"
 
 
 def test_the_verify_alarm_interrupts_a_hanging_recheck():

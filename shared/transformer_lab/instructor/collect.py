@@ -11,14 +11,22 @@
   the first of these patterns that matches its path inside the download:
     1. `--pattern REGEX` (yours; a named group `student` is required, `file` optional), e.g.
        `r"(?P<student>s\\d{7})-(?P<file>.+)"`;
-    2. Canvas: `<student>[_LATE]_<user id>_<submission id>_<file>`, e.g.
-       `alice_12345_67890_02_qkv_attention.ipynb` -> student `alice`;
+    2. Canvas: `<name>[_LATE]_<user id>_<attachment id>_<file>` (Canvas's own convention: it
+       reads the first two all-digit parts back as user and attachment id when feedback files
+       are uploaded), e.g. `smithjohn_111_901_02_qkv_attention.ipynb` -> student `111` (the
+       Canvas user id: stable, and the key of Canvas's gradebook), name `smithjohn`;
     3. Moodle: a folder `<Full Name>_<participant id>_assignsubmission_file_/<file>`
-       -> student `full_name` (lower case, spaces as `_`);
+       -> student `full_name` (lower case, spaces as `_`), participant id kept beside it (it is
+       Moodle's id per assignment, not per person: namesakes become `full_name_<id>`);
     4. a folder per student: `<student>/<file>` or `<student>/<assignment>/<file>`;
     5. a notebook named by the student at the top: `<student>.ipynb` (ids without `_`).
   Student ids must be letters, digits, `.`, `_`, `@`, `-`. A file no pattern attributes is
-  reported (`Collected.unattributed`, with the reason), never silently dropped; OS junk
+  reported (`Collected.unattributed`, with the reason), never silently dropped. Two students
+  never merge: files that different identities (a Canvas id, a Moodle participant, a plain
+  folder) would put under one student id are placed nowhere and listed in
+  `Collected.ambiguous`, naming the files. Each student's identity (display name, LMS, LMS id,
+  the LMS's file name, the exchange's submitted-at time) is kept in `Collected.identities` and in
+  `<out>/.collect_report.json` (`read_report`), where grading finds it. OS junk
   (`__MACOSX/`, `.DS_Store`, `Thumbs.db`) is listed as ignored. A notebook renamed by the LMS
   (`02_qkv_attention-1.ipynb`) is fine: grading renames a single misnamed notebook.
 
@@ -30,6 +38,7 @@ sizes the zip claims are not trusted).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import re
@@ -47,13 +56,23 @@ MAX_TOTAL_BYTES = 2 << 30
 JUNK = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}
 
 CANVAS = re.compile(
-    r"^(?P<student>[A-Za-z0-9.@-]+?)(?:_LATE|_late)?_(?P<uid>\d+)_(?P<sub>\d+)_(?P<file>.+)$"
+    r"^(?P<name>[A-Za-z0-9.@-]+?)(?P<late>_LATE|_late)?_(?P<uid>\d+)_(?P<attachment>\d+)_(?P<file>.+)$"
 )
 MOODLE = re.compile(
     r"^(?P<student>[^/]+?)_(?P<uid>\d+)_assignsubmission_[a-z]+_?/(?:.*/)?(?P<file>[^/]+)$"
 )
 FOLDER = re.compile(r"^(?P<student>[^/]+)/(?P<file>.+)$")
 NAMED = re.compile(r"^(?P<student>[A-Za-z0-9.@-]+)\.ipynb$")
+
+
+REPORT = ".collect_report.json"
+
+
+def identity(name: str, lms: str | None = None, lms_id: str | None = None, **more) -> dict:
+    """Who a student is: the display name, the LMS that named them and its id there (None for a
+    plain folder), plus what the source adds (`lms_file`: the LMS's file name; `late`;
+    `submitted_at`: the exchange's time)."""
+    return {"name": name, "lms": lms, "lms_id": lms_id, **more}
 
 
 @dataclasses.dataclass
@@ -63,10 +82,18 @@ class Collected:
     students: dict[str, list[str]]  # student -> files placed
     unattributed: list[tuple[str, str]]  # (file, why)
     ignored: list[str]
+    identities: dict[str, dict] = dataclasses.field(default_factory=dict)  # student -> identity
+    ambiguous: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (file, why)
+
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        """Files placed nowhere that the instructor must place by hand (non-zero exit)."""
+        return self.unattributed + self.ambiguous
 
     def summary(self) -> str:
         lines = [f"collected {len(self.students)} students ({self.kind}) into {self.out}"]
         lines += [f"  NOT ATTRIBUTED: {name}: {why}" for name, why in self.unattributed]
+        lines += [f"  AMBIGUOUS: {name}: {why}" for name, why in self.ambiguous]
         if self.ignored:
             lines.append(f"  ignored: {', '.join(self.ignored[:20])}")
         return "\n".join(lines)
@@ -122,8 +149,9 @@ def attribute(
     assignment: str,
     pattern: re.Pattern | None = None,
     namesakes: frozenset[str] = frozenset(),
-) -> tuple[str, str] | str:
-    """(student, file path inside the assignment folder) for a path in a download, or why not.
+) -> tuple[str, str, dict] | str:
+    """(student, file path inside the assignment folder, identity) for a path in a download, or
+    why not.
 
     namesakes: Moodle names shared by several participant ids; those students get the id
     appended (`ada_lovelace_123`, `ada_lovelace_456`), so their work never merges.
@@ -132,19 +160,32 @@ def attribute(
     if pattern is not None:
         match = pattern.search(relative)
         if match:
-            return match["student"], (match.groupdict().get("file") or base)
+            return (
+                match["student"],
+                (match.groupdict().get("file") or base),
+                identity(match["student"]),
+            )
     if "/" not in relative and (match := CANVAS.match(base)):
-        return match["student"], match["file"]
+        who = identity(
+            match["name"], "canvas", match["uid"], lms_file=base, late=bool(match["late"])
+        )
+        return match["uid"], match["file"], who
     if match := MOODLE.match(relative):
         slug = _slug(match["student"])
-        return (f"{slug}_{match['uid']}" if slug in namesakes else slug), match["file"]
+        student = f"{slug}_{match['uid']}" if slug in namesakes else slug
+        folder = relative.split("/", 1)[0]
+        return (
+            student,
+            match["file"],
+            identity(match["student"], "moodle", match["uid"], lms_file=folder),
+        )
     if match := FOLDER.match(relative):
         rest = match["file"]
         if rest.startswith(assignment + "/"):
             rest = rest[len(assignment) + 1 :]
-        return match["student"], rest
+        return match["student"], rest, identity(match["student"])
     if match := NAMED.match(relative):
-        return match["student"], base
+        return match["student"], base, identity(match["student"])
     return "no student id in the name (patterns: Canvas, Moodle, <student>/<file>, <student>.ipynb; or pass --pattern)"
 
 
@@ -188,6 +229,8 @@ def _collect_folder(source: Path, assignment: str, out: Path, pattern, course_id
     else:
         kind = "lms"
     placed: dict[str, dict[str, Path]] = {}
+    claims: dict[str, dict[tuple, list[str]]] = {}  # student -> (lms, lms id) -> files
+    identities: dict[str, dict] = {}
     unattributed, ignored = [], []
     paths = sorted(p for p in source.rglob("*") if p.is_file() or p.is_symlink())
     moodle_ids: dict[str, set[str]] = {}
@@ -207,20 +250,32 @@ def _collect_folder(source: Path, assignment: str, out: Path, pattern, course_id
         if isinstance(found, str):
             unattributed.append((relative, found))
             continue
-        student, name = found
+        student, name, who = found
         if not STUDENT_ID.match(student):
             unattributed.append((relative, f"{student!r} is not a usable student id"))
             continue
+        claims.setdefault(student, {}).setdefault((who["lms"], who["lms_id"]), []).append(relative)
+        identities.setdefault(student, who)
         files = placed.setdefault(student, {})
         name = name.lstrip("/")
         if name in files and files[name].read_bytes() != path.read_bytes():
             stem, dot, ext = name.rpartition(".")
             name = f"{stem}-{hashlib.sha256(path.read_bytes()).hexdigest()[:8]}{dot}{ext}"
         files[name] = path
+    ambiguous = []
+    for student, owners in claims.items():
+        if len(owners) > 1:  # one id, several people: place none of their files
+            files = sorted(f for names in owners.values() for f in names)
+            for name in files:
+                others = ", ".join(f for f in files if f != name)
+                ambiguous.append(
+                    (name, f"student id {student!r} is also claimed by {others}: place by hand")
+                )
+            del placed[student], identities[student]
     students = {}
     for student, files in placed.items():
         students[student] = _place(out / student / assignment, files)
-    result = Collected(out, kind, students, unattributed, ignored)
+    result = Collected(out, kind, students, unattributed, ignored, identities, ambiguous)
     _write_report(result)
     return result
 
@@ -264,29 +319,53 @@ def _collect_exchange(inbound: Path, assignment: str, out: Path) -> Collected:
             latest[student] = (when, folder)
         else:
             ignored.append(f"{folder.name} (older submission)")
-    students = {}
-    for student, (_, folder) in sorted(latest.items()):
+    students, identities = {}, {}
+    for student, (when, folder) in sorted(latest.items()):
+        identities[student] = identity(
+            student, "exchange", student, submitted_at=_utc(when).isoformat(timespec="seconds")
+        )
         files = {
             p.relative_to(folder).as_posix(): p
             for p in sorted(folder.rglob("*"))
             if p.is_file() and not p.is_symlink() and not (JUNK & set(p.relative_to(folder).parts))
         }
         students[student] = _place(out / student / assignment, files)
-    result = Collected(out, "exchange", students, unattributed, ignored)
+    result = Collected(out, "exchange", students, unattributed, ignored, identities)
     _write_report(result)
     return result
 
 
+def _utc(when: datetime.datetime) -> datetime.datetime:
+    """nbgrader's times are UTC, naive: say so."""
+    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+
+
 def _write_report(result: Collected) -> None:
     result.out.mkdir(parents=True, exist_ok=True)
-    (result.out / ".collect_report.json").write_text(
+    (result.out / REPORT).write_text(
         json.dumps(
             {
                 "kind": result.kind,
                 "students": result.students,
+                "identities": result.identities,
                 "unattributed": result.unattributed,
+                "ambiguous": result.ambiguous,
                 "ignored": result.ignored,
             },
             indent=1,
         )
     )
+
+
+def read_report(folder: Path) -> dict:
+    """What `collect` wrote into `folder` (empty lists and maps when it did not collect there)."""
+    try:
+        report = json.loads((Path(folder) / REPORT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        report = {}
+    report = report if isinstance(report, dict) else {}
+    for key in ("identities", "students"):
+        report[key] = report.get(key) if isinstance(report.get(key), dict) else {}
+    for key in ("unattributed", "ambiguous", "ignored"):
+        report[key] = report.get(key) if isinstance(report.get(key), list) else []
+    return report

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import nbgrader_app
-from .course import course_root, require_lesson
+from .course import collected_dir, course_root, exchange_root, require_lesson
 
 
 def open_course(course_dir: str | None) -> Path:
@@ -35,27 +35,65 @@ def autograde(course: Path, assignment: str, notebooks: list[Path], student: str
     return 0
 
 
-def feedback(course: Path, assignment: str, students: list[str] | None) -> int:
+def feedback(
+    course: Path, assignment: str, students: list[str] | None, lms_zip: Path | None = None
+) -> int:
     from .feedback import feedback as student_feedback
 
     for path in student_feedback(course, assignment, students or None):
         print(path)
+    if lms_zip is not None:
+        from .lms_feedback import canvas_zip
+
+        made = canvas_zip(course, assignment, lms_zip, students or None)
+        print(f"{made.path}: {len(made.members)} pages for Canvas's bulk upload")
+        for student, why in made.left_out:
+            print(f"  not in the zip: {student}: {why}")
     return 0
 
 
-def release(course: Path, assignment: str, exchange: Path | None) -> int:
+EXCHANGE_WORD = "exchange"  # SOURCE / --exchange value meaning "the configured exchange"
+
+
+def release(course: Path, assignment: str, exchange: str | None) -> int:
     from .release import release as release_assignment
 
-    release_assignment(course, assignment, exchange)
+    if exchange == EXCHANGE_WORD:
+        exchange = exchange_root(course)
+    release_assignment(course, assignment, None if exchange is None else Path(exchange))
     return 0
 
 
-def collect(source: Path, assignment: str, out: Path, pattern: str | None) -> int:
+def collect(
+    course: Path, source: str, assignment: str, out: Path | None, pattern: str | None
+) -> int:
     from .collect import collect as collect_submissions
 
-    result = collect_submissions(source, assignment, out, pattern=pattern)
+    where = exchange_root(course) if source == EXCHANGE_WORD else Path(source)
+    result = collect_submissions(
+        where, assignment, out or collected_dir(course, assignment), pattern=pattern
+    )
     print(result.summary())
-    return 1 if result.unattributed else 0
+    return 1 if result.problems else 0
+
+
+def _intake(course: Path, assignment: str, submissions: Path) -> tuple[Path, list]:
+    """The folder to grade and the files placed nowhere: an LMS zip or download is collected
+    first (into autograder/work/collected/); a folder `collect` made keeps its report."""
+    from .collect import collect as collect_submissions
+    from .collect import read_report
+
+    if submissions.is_file() or (
+        submissions.is_dir() and not any(submissions.glob(f"*/{assignment}"))
+    ):
+        result = collect_submissions(submissions, assignment, collected_dir(course, assignment))
+        print(result.summary(), flush=True)
+        return result.out, result.problems
+    report = read_report(submissions)
+    problems = report["unattributed"] + report["ambiguous"]
+    for name, why in problems:
+        print(f"  NOT PLACED by collect: {name}: {why}", flush=True)
+    return submissions, problems
 
 
 def grade(
@@ -78,6 +116,9 @@ def grade(
     from .sandbox import GiB, Limits, SandboxUnavailable
 
     require_lesson(course, assignment)
+    problems = []
+    if submissions.exists():
+        submissions, problems = _intake(course, assignment, submissions)
     limits = Limits(
         memory_bytes=int(memory_gib * GiB), wall_seconds=wall_seconds, cell_timeout=cell_timeout
     )
@@ -100,13 +141,31 @@ def grade(
         return 2
     bad = sum(r["status"] != "graded" for r in records)
     print(f"{len(records)} students in {out} ({bad} ungradable)")
+    from .records import stale_records
+
+    stale = stale_records(course, assignment, records)
+    if stale:
+        print(
+            f"warning: {len(stale)} records were graded against another version of "
+            f"{assignment}; regrade them with --force (release again first):"
+        )
+        for student, why in sorted(stale.items()):
+            print(f"  stale: {student}: {why}")
+    if problems:
+        print(
+            f"error: {len(problems)} files could not be attributed to one student (listed "
+            "above): place them by hand in <student>/<assignment>/ and grade again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
-def export(course: Path, out: Path, assignment: str | None) -> int:
+def export(course: Path, out: Path, assignment: str | None, wide: bool = False) -> int:
     from .export import export as export_csv
+    from .export import export_wide
 
-    print(export_csv(course, out, assignment))
+    print((export_wide if wide else export_csv)(course, out, assignment))
     return 0
 
 

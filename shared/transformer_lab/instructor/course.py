@@ -9,6 +9,7 @@ from, so that grading in a copy of the course (a new term, a trial run) stays in
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -56,3 +57,21 @@ def require_lesson(root: Path, assignment: str) -> str:
             f"no lesson named {assignment!r} in solutions/ (lessons: {', '.join(lessons)})"
         )
     return assignment
+
+
+def collected_dir(root: Path, assignment: str) -> Path:
+    """Where `collect` (without --out) and `grade` (given a zip) put submissions: git-ignored."""
+    return Path(root) / "autograder" / "work" / "collected" / assignment
+
+
+def exchange_root(root: Path) -> Path:
+    """nbgrader's ``Exchange.root`` for the course: what its autograder/exchange_root.py (the one
+    place it is set, which nbgrader_config.py uses too) says."""
+    path = Path(root) / "autograder" / "exchange_root.py"
+    spec = importlib.util.spec_from_file_location("_tl_exchange_root", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except OSError as error:
+        raise SystemExit(f"cannot read the exchange's place from {path}: {error}") from None
+    return module.exchange_root(root)

@@ -13,6 +13,12 @@ a result record or an autograded notebook (or only the students named), and retu
   autograded notebook is rendered with the same filter, or else a page is made from the record.
 Every page is checked before it is kept: if it contains a line of the hidden tests (read from
 ``solutions/``), it is replaced by the page made from the record and a warning is printed.
+
+Beside each student's pages go ``timestamp.txt`` and ``submission_secret.txt`` (`exchange_files`),
+which ``nbgrader release_feedback`` reads to return the pages through the exchange: the
+student's own from their exchange submission (`identities`), else a fresh secret (a student who
+did not submit through the exchange cannot fetch it there; the LMS zip, `lms_feedback`, serves
+them).
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ from __future__ import annotations
 import html
 import importlib.util
 import re
+import secrets
 import shutil
 import sys
 from pathlib import Path
 
 import nbformat
 
-from . import nbgrader_app
+from . import identities, nbgrader_app
 from .course import require_lesson
 from .notebook_format import (
     HIDDEN_TESTS_BEGIN,
@@ -34,7 +41,7 @@ from .notebook_format import (
     hidden_tests,
     without_hidden_tests,
 )
-from .records import load_class_records
+from .records import load_class_records, now
 from .report import ANSI, EXCEPTION_LINE, released_cells
 
 TAGS = re.compile(r"<[^>]+>")
@@ -199,11 +206,20 @@ def _render_autograded(course: Path, notebook: Path) -> str:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     nb = nbformat.read(notebook, as_version=4)
-    resources = {}
-    for i, cell in enumerate(nb.cells):
-        module.HideHiddenTests().preprocess_cell(cell, resources, i)
+    nb, _ = module.HideHiddenTests().preprocess(nb, {})
     body, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
     return body
+
+
+def exchange_files(folder: Path, who: dict, record: dict | None) -> None:
+    """Write what `nbgrader release_feedback` needs beside a student's pages (see module)."""
+    stamp = who.get("timestamp") or who.get("submitted_at") or (record or {}).get("graded_at")
+    secret_file = folder / "submission_secret.txt"
+    secret = who.get("submission_secret")
+    if not secret and secret_file.is_file():
+        secret = secret_file.read_text(encoding="utf-8").strip()
+    (folder / "timestamp.txt").write_text(stamp or now(), encoding="utf-8")
+    secret_file.write_text(secret or secrets.token_hex(32), encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,6 +284,7 @@ def feedback(course: Path, assignment: str, students: list[str] | None = None) -
                     )
 
     written = []
+    register = identities.load(course, assignment)
     for student in wanted:
         record = records.get(student)
         folder = feedback_dir(course, student, assignment)
@@ -310,4 +327,7 @@ def feedback(course: Path, assignment: str, students: list[str] | None = None) -
             page.chmod(0o644)  # nbgrader may leave its pages read-only
             page.write_text(text, encoding="utf-8")
             written.append(page)
+    for folder in sorted({page.parent for page in written}):
+        student = folder.parent.name
+        exchange_files(folder, identities.of(register, student), records.get(student))
     return sorted(written)

@@ -44,11 +44,12 @@ from pathlib import Path
 
 import nbformat
 
-from . import cell_limits, nbgrader_app, sandbox
+from . import cell_limits, identities, nbgrader_app, sandbox
 from . import worker as job_worker
 from .course import PACKAGE_REPO
 from .notebook_format import graded_cells, is_test_cell, released_notebooks
 from .records import (
+    lesson_digest,
     load_records,
     load_valid,
     now,
@@ -153,6 +154,7 @@ class Grader:
             self.say(collected.summary())
             self.submissions = target
         found, problems = find_students(self.submissions, self.assignment)
+        identities.remember(self.course, self.assignment, self.submissions, found)
         for problem in problems:
             self.say(f"not graded: {problem}")
         if self.only is not None:
@@ -320,6 +322,7 @@ class Grader:
         record["seconds"] = round(time.monotonic() - start, 2)
         record["submission_sha256"] = sha
         record["graded_at"] = now()
+        record["lesson_sha256"] = lesson_digest(self.course, self.assignment)
         if record["status"] != "graded":  # no stale autograded notebook for feedback
             stale = self.course / "autograder" / "work" / "autograded" / student / self.assignment
             shutil.rmtree(stale, ignore_errors=True)

@@ -4,7 +4,12 @@ A result record, ``<course>/autograder/work/results/<assignment>/<student>.json`
 
     {"student", "assignment", "status": "graded" | "ungradable", "reason": str | None,
      "score", "max_score", "flags": [str], "submission_sha256", "seconds", "graded_at",
-     "cells": {grade_id: {"score", "max_score", "passed", "exercises": [check names], "output"}}}
+     "lesson_sha256", "cells": {grade_id: {"score", "max_score", "passed", "exercises": [check
+     names], "output"}}}
+
+``lesson_sha256`` (`lesson_digest`) is the digest of what grading depended on in the lesson's
+source (every nbgrader cell: ids, points, solutions, tests, hidden tests); `stale_records` lists
+the records graded against another version of the lesson.
 
 ``grade`` writes them (``validate_record`` checks what a grading job hands back, ``ungradable``
 makes the record of a submission that could not be graded); ``load_records`` reads them for the
@@ -19,12 +24,15 @@ from __future__ import annotations
 
 import csv
 import datetime
+import hashlib
 import io
 import json
 import os
 import re
 import threading
 from pathlib import Path
+
+import nbformat
 
 from .notebook_format import graded_cells, released_notebooks
 
@@ -58,6 +66,41 @@ def write_record(course: Path, record: dict) -> Path:
     path = record_path(course, record["assignment"], record["student"])
     write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
     return path
+
+
+def lesson_digest(course: Path, assignment: str) -> str:
+    """Digest of the lesson's nbgrader cells in solutions/ (grade ids, points, sources): a
+    changed solution, test or points changes it; a changed explanation does not."""
+    digest = hashlib.sha256()
+    for path in sorted((Path(course) / "solutions" / assignment).glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        digest.update(path.name.encode() + b"\0")
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade") or meta.get("solution"):
+                part = [meta.get("grade_id"), meta.get("points"), cell.get("source", "")]
+                digest.update(json.dumps(part).encode() + b"\0")
+    return digest.hexdigest()
+
+
+def stale_records(course: Path, assignment: str, records: list[dict]) -> dict[str, str]:
+    """{student: why} for the records of `assignment` graded against another version of the
+    lesson: another `lesson_digest`, or (records from before the digest was kept) other points
+    than the release's."""
+    current = lesson_digest(course, assignment)
+    total = sum(c["points"] for c in graded_cells(released_notebooks(course, assignment)).values())
+    stale = {}
+    for record in records:
+        if record.get("assignment") != assignment:
+            continue
+        kept = record.get("lesson_sha256")
+        if kept and kept != current:
+            stale[record["student"]] = "the lesson's solution, tests or points changed since"
+        elif not kept and float(record.get("max_score", 0)) != total:
+            stale[record["student"]] = (
+                f"graded out of {float(record.get('max_score', 0)):g}, the lesson now has {total:g}"
+            )
+    return stale
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,6 +260,7 @@ def clean_record(record, assignment: str) -> dict:
         "max_score": _number(record.get("max_score", 0.0)),
         "cells": clean_cells,
         "flags": [str(f) for f in flags],
+        "submission_sha256": str(record.get("submission_sha256") or ""),
     }
 
 

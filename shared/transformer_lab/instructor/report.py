@@ -18,7 +18,8 @@ Counting rules (all counts are *students*, never cells or lines of output):
 - an *unnamed failure* is a failed cell whose output names no catalogued mistake, grouped by its
   exception type (a failed check is split into wrong shape, wrong values, wrong gradient, ...).
 Ungradable students are counted apart (with their reasons) and left out of the scores and rates.
-A record file that cannot be read is listed under "Problems", never fatal.
+Students whose submissions are byte for byte the same (`identical_submissions`) are listed for
+the instructor to look at, never scored differently. A record file that cannot be read is listed under "Problems", never fatal.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import nbformat
 
 from .notebook_format import check_calls, is_graded, nbgrader_meta
 from .records import load_class_records
+from .submission import submission_sha256
 
 REPORT_FILES = ("report.html", "report.md", "score_distribution.png", "summary.json")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -184,8 +186,10 @@ def summarise(
     problems: list[str] | None = None,
     fallback: list[str] | None = None,
     top_n: int = TOP_N,
+    untouched: str = "",
 ) -> dict:
-    """Every number of the report as plain JSON-ready data."""
+    """Every number of the report as plain JSON-ready data. `untouched`: the digest of the
+    released notebook handed in as it is (students who submitted that are not duplicates)."""
     problems = list(problems or [])
     graded = {s: r for s, r in records.items() if r["status"] == "graded"}
     ungradable = {s: r for s, r in records.items() if r["status"] == "ungradable"}
@@ -280,8 +284,21 @@ def summarise(
         "top_mistakes": top[: 2 * top_n],
         "unnamed_failures": unnamed_rows,
         "flagged": {s: r["flags"] for s, r in sorted(records.items()) if r["flags"]},
+        "identical": identical_submissions(records, untouched),
         "problems": problems,
     }
+
+
+def identical_submissions(records: dict, untouched: str = "") -> list[list[str]]:
+    """Groups of students (sorted) whose submissions are byte for byte the same (the same
+    `submission_sha256`: every file, names and bytes), the untouched release left out. Listed for
+    the instructor to look at; scores are never changed for it."""
+    by_digest: dict[str, list[str]] = {}
+    for student, record in sorted(records.items()):
+        digest = record.get("submission_sha256") or ""
+        if digest and digest != untouched:
+            by_digest.setdefault(digest, []).append(student)
+    return sorted(group for group in by_digest.values() if len(group) > 1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -404,6 +421,14 @@ def _sections(summary: dict) -> list[tuple[str, str, list[str], list[list[str]]]
             [[student, "; ".join(flags)] for student, flags in s["flagged"].items()],
         ),
         (
+            "Identical submissions (review by hand)",
+            "Students whose submitted files are byte for byte the same (the untouched release left "
+            "out). Their scores are not changed for it; two honest students rarely hand in the "
+            "same bytes, so look at each group.",
+            ["students"],
+            [[", ".join(group)] for group in s.get("identical", [])],
+        ),
+        (
             "Problems",
             "Record files that could not be used.",
             ["problem"],
@@ -480,8 +505,15 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
     cells = released_cells(course, assignment, catalogue)
     if not cells:
         problems.append(f"no released notebook with graded cells in exercises/{assignment}/")
+    released = course / "exercises" / assignment
     summary = summarise(
-        assignment, records, cells, catalogue, problems, fallback=_lesson_exercises(assignment)
+        assignment,
+        records,
+        cells,
+        catalogue,
+        problems,
+        fallback=_lesson_exercises(assignment),
+        untouched=submission_sha256(released) if released.is_dir() else "",
     )
     plot = plot_scores(
         list(summary["scores"].values()),

@@ -418,7 +418,8 @@ def cost(lessons: list[str], students: int) -> None:
     """Per notebook, a class of `students` copies of the solution graded (the student's process
     in its bubblewrap box; and with --no-sandbox), side by side with the plain nbclient execution
     of the notebook (median of 3); per-run caches (reference times, base gradebook) warm, as in
-    a class. CPU: this process and every process it reaped (jobs, boxes, students' processes)."""
+    a class. CPU: this process and every process it reaped (the worker and its jobs; unboxed
+    students' processes), plus what each boxed student's process reported (`cpu_timings`)."""
     print(f"{students} students a run, {_machine()}")
     _table(
         "lesson",
@@ -442,6 +443,8 @@ def cost(lessons: list[str], students: int) -> None:
                 records, wall, cpu = _timed(
                     grade.grade, course, lesson, subs, quiet=True, force=True, isolate=isolate
                 )
+                if isolate:  # bubblewrap does not hand its box's CPU time up: as reported
+                    cpu += sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
                 full = sum(r["score"] == r["max_score"] for r in records)
                 print(
                     f"| {lesson} | {label} | {p_wall:.2f} / {p_cpu:.2f} | {wall / students:.2f} | "
@@ -474,6 +477,7 @@ def first_grading(lessons: list[str], students: int = 3) -> None:
                 p_wall, p_cpu = p_wall + wall, p_cpu + cpu
             subs = _class(tmp / "class", lesson, students)
             records, g_wall, g_cpu = _timed(grade.grade, course, lesson, subs, quiet=True, jobs=1)
+            g_cpu += sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
         full = sum(r["score"] == r["max_score"] for r in records)
         print(
             f"| {lesson} | {p_wall:.1f} / {p_cpu:.1f} | {g_wall:.1f} / {g_cpu:.1f} | "

@@ -451,9 +451,12 @@ def test_lesson06_redefined_value_check(tmp_path):
 # The child's limits and bad input.
 
 
+LIMIT = 20  # seconds a cell or test: an honest one's checks take a few on a loaded machine
+
+
 def test_infinite_loop_in_a_cell_is_cut_and_grading_goes_on(tmp_path):
     path = submission(tmp_path, L02, after={"sdpa-solution": "while True:\n    pass"})
-    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=240, cell_timeout=5)
+    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=240, cell_timeout=LIMIT)
     assert passed(result) == ALL_PASS
 
 
@@ -465,8 +468,8 @@ def test_endless_loop_in_a_graded_function_gets_a_per_test_limit(tmp_path):
     looping = WRONG_SDPA.replace("    scores =", "    while True:\n        pass\n    scores =", 1)
     path = submission(tmp_path, L02, {"sdpa-solution": looping})
     start = time.monotonic()
-    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=200, cell_timeout=5)
-    assert time.monotonic() - start < 100
+    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=300, cell_timeout=LIMIT)
+    assert time.monotonic() - start < 200
     assert passed(result) == NONE_PASS
     for gid in BOTH:
         assert "ran past the per-cell time limit" in result["cells"][gid]["message"], result

@@ -403,9 +403,7 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
 
     monkeypatch.setattr(worker.Worker, "start", staticmethod(start))
     subs = _one_student(tmp_path, tiny_course)
-    [record] = grade.grade(
-        tiny_course, TINY, subs, quiet=True, force=True, isolate=False
-    )
+    [record] = grade.grade(tiny_course, TINY, subs, quiet=True, force=True, isolate=False)
     assert record["score"] == 3.0
     flag = next(f for f in record["flags"] if "grading worker unavailable" in f)
     assert "no torch here" in flag and "started its own interpreter" in flag

@@ -141,6 +141,7 @@ def judge_notebook(nb, settings_path: Path):
         "verdicts": outcome.verdicts,
         "seconds": outcome.seconds,
         "died": outcome.died,
+        "cpu": round(outcome.cpu, 3),
     }
     Path(settings["report"]).write_text(json.dumps(report))
     if outcome.died:
@@ -301,7 +302,7 @@ def run_job(spec_path: str) -> None:
         record = ungradable_record(spec, reason, flags)
     # where the job's time went (informational: benchmarks/bench_grading.py --breakdown)
     record["timings"] = clock.wall
-    record["cpu_timings"] = clock.cpu
+    record["cpu_timings"] = dict(clock.cpu, student=report.get("cpu", 0.0))
     os.write(fd, json.dumps(record).encode())
     os.close(fd)
 

@@ -70,6 +70,7 @@ class Outcome:
     notes: list[str] = dataclasses.field(default_factory=list)
     flags: list[str] = dataclasses.field(default_factory=list)
     died: str | None = None
+    cpu: float = 0.0  # CPU seconds of the student's processes, as they reported them
 
 
 class Limits:
@@ -163,6 +164,7 @@ class Judge:
         for cell in pending:
             self.outcome.outputs[cell.index] = [_stream("stdout", AFTER_THE_LAST_TEST)]
         for session in self.sessions:
+            self.outcome.cpu += session.cpu
             self._flag(*session.flags)
             if session.warning:
                 self._flag(session.warning)
@@ -355,15 +357,17 @@ def label(cell: Cell) -> str:
 
 
 def cells_of(nb) -> list[Cell]:
-    """The notebook's code cells with some source, in order: graded test cells (their hidden
-    tests kept, the marker lines dropped) and the student's (IPython magics as Python)."""
+    """The notebook's code cells with some source and not tagged skip-execution, in order:
+    graded test cells (their hidden tests kept, the marker lines dropped) and the student's
+    (IPython magics as Python)."""
     cells = []
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell_source(cell)
-        if not source.strip():
-            continue
+        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        if not source.strip() or "skip-execution" in (meta.get("tags") or []):
+            continue  # what nbclient does not run either
         gid = nbgrader_meta(cell).get("grade_id")
         gid = gid if isinstance(gid, str) else None
         cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None

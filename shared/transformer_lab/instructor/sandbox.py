@@ -283,12 +283,22 @@ def _set_limits(limits: Limits, processes: int | None = None) -> None:
     except (OSError, AttributeError):
         pass
     cpu = int(limits.cpu_seconds or 2 * limits.wall_seconds + 60)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    _lower(resource.RLIMIT_CORE, 0, 0)
+    _lower(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes)
+    _lower(resource.RLIMIT_CPU, cpu, cpu + 5)
+    _lower(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes)
     if processes is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        _lower(resource.RLIMIT_NPROC, processes, processes)
+
+
+def _lower(which: int, soft: int, hard: int) -> None:
+    """Set a limit, never above what this process may already use (a job's student process
+    inherits the job's limits: it may only get tighter ones)."""
+    _, current = resource.getrlimit(which)
+    if current != resource.RLIM_INFINITY:
+        soft = current if soft == resource.RLIM_INFINITY else min(soft, current)
+        hard = current if hard == resource.RLIM_INFINITY else min(hard, current)
+    resource.setrlimit(which, (min(soft, hard), hard))
 
 
 def _process_cap(ids) -> int:

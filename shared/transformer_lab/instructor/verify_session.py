@@ -10,6 +10,7 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -89,6 +90,7 @@ class Session:
         self.cell_errors: dict[int, str] = {}
         self.preloaded = set(sys.modules)
         self.warning: str | None = None  # the sandbox's, when the process is not boxed
+        self.cpu = 0.0  # CPU seconds the process reported when it was closed
         # Tensors sent with requires_grad, by id, so that an output of a later call (a KV cache
         # holding earlier chunks) differentiates back to the tensors of earlier calls too.
         self.leaves: list[tuple[torch.Tensor, int]] = []
@@ -163,8 +165,13 @@ class Session:
 
     # -- transport ----------------------------------------------------------------------------
     def close(self) -> None:
-        """End the student's process: its pipes closed, it leaves by itself (its CPU time is
-        then reaped up to the judge); what is still there a moment later is killed."""
+        """End the student's process: asked what CPU time it used (`cpu`), its pipes closed, it
+        leaves by itself; what is still there a moment later is killed."""
+        if not self.dead and self.proc.poll() is None:
+            self.deadline = time.monotonic() + GRACE
+            with contextlib.suppress(ChildGone, VerifyError):
+                used = self.request({"op": "usage"}).get("cpu")
+                self.cpu = float(used) if isinstance(used, int | float) else 0.0
         for fd in (self._to_child, self._from_child):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -23,8 +23,7 @@ from pathlib import Path
 import nbformat
 
 from . import nbgrader_app, sandbox
-from .cell_limits import CellLimits, fixed
-from .notebook_format import nbgrader_meta, python_source
+from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
 
 DIED = ("DeadKernelError", "Kernel died", "kernel died", "KernelDied")
@@ -76,7 +75,7 @@ def _autograded(course: Path, spec: dict, name: str) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------
-# The judged execution (nbgrader's Execute replaced: `nbgrader_app.JudgedExecute`).
+# The judged execution's settings (nbgrader's Execute replaced: `judged_execute`).
 
 
 def judge_settings(spec: dict, folder: Path) -> dict:
@@ -104,53 +103,6 @@ def _released_setup(course: Path, assignment: str) -> str | None:
         return None
 
 
-def judge_notebook(nb, settings_path: Path):
-    """Run `nb` (nbgrader's autograde copy: test cells restored from the gradebook, hidden tests
-    included) once, judged (`judge.Judge`), and give its cells their outputs. The judge's
-    notes, flags and verdicts go to the settings' report file. A student process that died
-    ends the notebook as a dead kernel ends nbgrader's run."""
-    from . import judge
-    from .verify_flags import source_flags
-
-    settings = json.loads(Path(settings_path).read_text())
-    limits = CellLimits.from_json(settings.get("cell_limits"))
-    if limits is None and settings.get("cell_timeout"):
-        limits = fixed(settings["cell_timeout"])
-    setup = settings.get("setup")
-    cells = [c for c in judge.cells_of(nb) if setup is None or c.source != python_source(setup)]
-    deadline = time.monotonic() + max(settings["deadline"] - time.time(), 1.0)
-    outcome = judge.Judge(
-        Path(settings["workdir"]),
-        deadline=deadline,
-        limits=judge.Limits(limits),
-        memory=settings.get("memory_bytes"),
-        box=sandbox.Box.from_json(settings.get("box")),
-    ).run(cells)
-    count = 0
-    for cell in cells:
-        if cell.index in outcome.outputs:
-            count += 1
-            nb.cells[cell.index].outputs = [
-                nbformat.from_dict(o) for o in outcome.outputs[cell.index]
-            ]
-            nb.cells[cell.index].execution_count = count
-    flags = source_flags([(c.index, c.source) for c in cells if c.test is None])
-    report = {
-        "notes": outcome.notes,
-        "flags": flags + [f for f in outcome.flags if f not in flags],
-        "verdicts": outcome.verdicts,
-        "seconds": outcome.seconds,
-        "died": outcome.died,
-        "cpu": round(outcome.cpu, 3),
-    }
-    Path(settings["report"]).write_text(json.dumps(report))
-    if outcome.died:
-        from nbclient.exceptions import DeadKernelError
-
-        raise DeadKernelError(f"Kernel died: {outcome.died}")
-    return nb
-
-
 # ----------------------------------------------------------------------------------------------
 # The job's steps.
 
@@ -167,7 +119,7 @@ def trusted_imports() -> None:
 
     import transformer_lab.check  # noqa: F401
 
-    from . import judge, verify_flags  # noqa: F401
+    from . import judge, judged_execute, verify_flags  # noqa: F401
 
     torch.set_num_threads(1)
 

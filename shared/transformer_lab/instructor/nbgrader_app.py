@@ -221,8 +221,9 @@ EXECUTE_NAMES = ("nbgrader.preprocessors.Execute", "nbgrader.preprocessors.execu
 
 def autograde_config(folder: Path, job: Path):
     """The config nbgrader's app gets in a grading job (`folder`: its working folder, with the
-    course's nbgrader_config.py): the course's autograde preprocessors with `JudgedExecute` in
-    place of nbgrader's Execute, told where the job's settings are."""
+    course's nbgrader_config.py): the course's autograde preprocessors with
+    `judged_execute.JudgedExecute` in place of nbgrader's Execute, told where the job's settings
+    are."""
     from nbgrader.converters import Autograde
 
     own = course_config(folder)
@@ -230,7 +231,9 @@ def autograde_config(folder: Path, job: Path):
     configured = own.Autograde.get("autograde_preprocessors")
     if configured is None:
         configured = Autograde.class_traits()["autograde_preprocessors"].default()
-    judged = _judged_execute()
+    from .judged_execute import JudgedExecute
+
+    judged = JudgedExecute
     config.Autograde.autograde_preprocessors = [judged if _is_execute(p) else p for p in configured]
     config.JudgedExecute.job = str(job)
     return config
@@ -240,26 +243,6 @@ def _is_execute(preprocessor) -> bool:
     from nbgrader.preprocessors import Execute
 
     return preprocessor is Execute or preprocessor in EXECUTE_NAMES
-
-
-def _judged_execute():
-    """`JudgedExecute`, defined on first use (nbgrader is imported only by the grader)."""
-    from nbgrader.preprocessors import NbGraderPreprocessor
-    from traitlets import Unicode
-
-    class JudgedExecute(NbGraderPreprocessor):
-        """nbgrader's Execute, replaced: the student's cells run once in their box, every test
-        cell in the judge (`judge.Judge`); the cells get the outputs and errors a kernel would
-        have given them, so nbgrader's grades, feedback and formgrader work unchanged."""
-
-        job = Unicode("", help="the grading job's judge settings (JSON)").tag(config=True)
-
-        def preprocess(self, nb, resources):
-            from .job import judge_notebook
-
-            return judge_notebook(nb, Path(self.job)), resources
-
-    return JudgedExecute
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,38 +1,26 @@
-"""Parallel grading: the same N submissions graded with --jobs 1, then --jobs 2, in one run.
+"""What grading costs: a class, a first grading, hanging students, the merge, parallel runs.
 
     .venv/bin/python benchmarks/bench_grading.py [--lesson 02_qkv_attention] [--students 4]
+    .venv/bin/python benchmarks/bench_grading.py --cost [--lessons 02_qkv_attention ...] [--students 4]
+    .venv/bin/python benchmarks/bench_grading.py --first [--lessons 05_add_norm ...]
+    .venv/bin/python benchmarks/bench_grading.py --hang [--lesson 02_qkv_attention]
+    .venv/bin/python benchmarks/bench_grading.py --merge 1000
     .venv/bin/python benchmarks/bench_grading.py --per-lesson     # one student, every lesson
     .venv/bin/python benchmarks/bench_grading.py --cluster        # + Dask on loopback, memory
-    .venv/bin/python benchmarks/bench_grading.py --cost [--lessons 02_qkv_attention 03_...]
-    .venv/bin/python benchmarks/bench_grading.py --breakdown [--lesson 02_qkv_attention]
-    .venv/bin/python benchmarks/bench_grading.py --hang [--lesson 02_qkv_attention]
-    .venv/bin/python benchmarks/bench_grading.py --hang-budget [--lesson 02_qkv_attention]
-    .venv/bin/python benchmarks/bench_grading.py --merge 1000
-    .venv/bin/python benchmarks/bench_grading.py --fork-cost [--lessons 02_qkv_attention ...]
-    .venv/bin/python benchmarks/bench_grading.py --box [--lessons ...] [--students 4]
-    .venv/bin/python benchmarks/bench_grading.py --marginal [--lessons ...] [--students 4]
 
---cost: per lesson, side by side in one run, the plain nbclient execution of the solution notebook
-(grading settings: quick mode, one thread) and the grading of that notebook as one student's
-submission (sandbox, nbgrader, clean re-check, record, CSV, gradebook merge), with the per-run
-set-up (reference times, base gradebook) cached as in a class; prints the ratio.
---breakdown: where one graded notebook's time goes (the job's own phases, and the parts it is
-made of, each timed alone). --hang: the cost of a hanging, a looping and a graded-function-looping
-student with the derived per-cell limits. --hang-budget: the honest student and the one whose
-graded function loops, graded with the notebook's timeout budget and without it (the limits
-before it), side by side. --merge N: merging N synthetic records into the course gradebook, the
-record-by-record merge (tests/grading/test_merge.py's oracle) against the one-pass merge.
---fork-cost: as --cost, graded twice, with the kernel launched the usual way and forked from the
-grading job. --marginal: what one more notebook costs in a class (the slope between classes of
---students and twice as many, the worker on), against plain execution, and the run's own cost.
+--cost: per notebook, a class of --students copies of the solution graded (the student's process
+boxed by bubblewrap; then with --no-sandbox), side by side with the plain nbclient execution of the
+notebook (median of 3), per-run caches warm as in a class; prints the ratios. --first: an
+instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start, the
+reference timing and the gradebook preparation included) against 3 plain nbclient runs. --hang:
+the cost of a hanging, a looping and a graded-function-looping student with the derived per-cell
+limits. --merge N: merging N synthetic records into the course gradebook, the record-by-record
+merge (tests/grading/test_merge.py's oracle) against the one-pass merge.
 
-
-Each round grades N copies of the lesson's solution notebook in a fresh temporary copy of the
-course (full pipeline: repair, sandbox, nbgrader autograde, verify, records, CSV, gradebook
-merge). Prints wall and CPU seconds (CPU = this process and its children), the speed-up of
---jobs 2 over --jobs 1, and a projection for 300 students x 11 lessons at the measured rate
-(every lesson assumed to cost what this one costs: an estimate, the training lessons 08-11 cost
-more per notebook than 02).
+The default: N copies of the lesson's solution graded with --jobs 1, then --jobs 2, in a fresh
+temporary copy of the course (the whole pipeline: repair, nbgrader autograde judged with the
+student's process boxed, records, CSV, gradebook merge); wall and CPU seconds (CPU = this process
+and its children), the speed-up, and a projection for 300 students x 11 lessons.
 """
 
 from __future__ import annotations
@@ -395,15 +383,24 @@ def _prepared_course(tmp: Path, lesson: str) -> Path:
     return course
 
 
+def plain_run(notebook: Path, env: dict[str, str]) -> None:
+    """The notebook executed plainly with nbclient (a fresh kernel, every cell), as a student's
+    "Run all" would, under the grading settings of `env`."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    with tempfile.TemporaryDirectory(prefix="bench-plain-") as folder:
+        NotebookClient(
+            nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": folder}}
+        ).execute(env=env)
+
+
 def _plain(tmp: Path, course: Path, lesson: str) -> tuple[Path, float, float]:
     """The lesson's solution notebook and its plain nbclient execution under the grading
     settings: (notebook, wall s, CPU s)."""
-    from transformer_lab.instructor import cell_limits
-
     notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-    _, wall, cpu = _timed(
-        cell_limits.time_cells, notebook, _grading_env(course, tmp / "plain-home")
-    )
+    _, wall, cpu = _timed(plain_run, notebook, _grading_env(course, tmp / "plain-home"))
     return notebook, wall, cpu
 
 
@@ -417,130 +414,76 @@ def _submit(tmp: Path, lesson: str, name: str, nb) -> Path:
     return subs
 
 
-def cost(lessons: list[str]) -> None:
-    """Grading one notebook against plainly executing it, side by side, per lesson."""
-    import nbformat
-
-    print(_machine())
+def cost(lessons: list[str], students: int) -> None:
+    """Per notebook, a class of `students` copies of the solution graded (the student's process
+    in its bubblewrap box; and with --no-sandbox), side by side with the plain nbclient execution
+    of the notebook (median of 3); per-run caches (reference times, base gradebook) warm, as in
+    a class. CPU: this process and every process it reaped (the worker and its jobs; unboxed
+    students' processes), plus what each boxed student's process reported (`cpu_timings`)."""
+    print(f"{students} students a run, {_machine()}")
     _table(
         "lesson",
-        "plain wall (s)",
-        "plain CPU (s)",
-        "graded wall (s)",
-        "graded CPU (s)",
-        "ratio wall",
-        "ratio CPU",
-        "score",
+        "grading",
+        "plain wall / CPU (s, median of 3)",
+        "graded wall / notebook (s)",
+        "graded CPU / notebook (s)",
+        "**ratio wall**",
+        "**ratio CPU**",
+        "full marks",
     )
     for lesson in lessons:
         with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
             tmp = Path(tmp)
             course = _prepared_course(tmp, lesson)
-            notebook, p_wall, p_cpu = _plain(tmp, course, lesson)
-            subs = _submit(tmp, lesson, "s000", nbformat.read(notebook, as_version=4))
-            records, g_wall, g_cpu = _timed(
-                grade.grade, course, lesson, subs, out=tmp / "g.csv", quiet=True
-            )
-        r = records[0]
+            plain = [_plain(tmp, course, lesson)[1:] for _ in range(3)]
+            p_wall, p_cpu = (sorted(x[i] for x in plain)[1] for i in (0, 1))
+            print(f"{lesson}: plain (wall, CPU) {plain}", flush=True)
+            for label, isolate in (("bubblewrap box", True), ("--no-sandbox", False)):
+                subs = _class(tmp / f"class-{isolate}", lesson, students)
+                records, wall, cpu = _timed(
+                    grade.grade, course, lesson, subs, quiet=True, force=True, isolate=isolate
+                )
+                if isolate:  # bubblewrap does not hand its box's CPU time up: as reported
+                    cpu += sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
+                full = sum(r["score"] == r["max_score"] for r in records)
+                print(
+                    f"| {lesson} | {label} | {p_wall:.2f} / {p_cpu:.2f} | {wall / students:.2f} | "
+                    f"{cpu / students:.2f} | {wall / students / p_wall:.2f} | "
+                    f"{cpu / students / p_cpu:.2f} | {full}/{len(records)} |",
+                    flush=True,
+                )
+
+
+def first_grading(lessons: list[str], students: int = 3) -> None:
+    """An instructor's first grading: `students` solved notebooks, --jobs 1, on a fresh copy of
+    the course (every fixed cost paid: the start, timing the reference solution, preparing the
+    gradebook), against `students` plain nbclient runs of the same notebook, side by side."""
+    print(f"{students} students, --jobs 1, a fresh course copy, {_machine()}")
+    _table(
+        "lesson",
+        "plain x n: wall / CPU (s)",
+        "first grading: wall / CPU (s)",
+        "**ratio wall**",
+        "**ratio CPU**",
+        "full marks",
+    )
+    for lesson in lessons:
+        with tempfile.TemporaryDirectory(prefix="bench-first-") as tmp:
+            tmp = Path(tmp)
+            course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+            p_wall = p_cpu = 0.0
+            for _ in range(students):
+                _, wall, cpu = _plain(tmp, course, lesson)
+                p_wall, p_cpu = p_wall + wall, p_cpu + cpu
+            subs = _class(tmp / "class", lesson, students)
+            records, g_wall, g_cpu = _timed(grade.grade, course, lesson, subs, quiet=True, jobs=1)
+            g_cpu += sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
+        full = sum(r["score"] == r["max_score"] for r in records)
         print(
-            f"| {lesson} | {p_wall:.1f} | {p_cpu:.1f} | {g_wall:.1f} | {g_cpu:.1f} | "
-            f"{g_wall / p_wall:.2f} | {g_cpu / p_cpu:.2f} | {r['score']:g}/{r['max_score']:g} |",
+            f"| {lesson} | {p_wall:.1f} / {p_cpu:.1f} | {g_wall:.1f} / {g_cpu:.1f} | "
+            f"{g_wall / p_wall:.2f} | {g_cpu / p_cpu:.2f} | {full}/{len(records)} |",
             flush=True,
         )
-
-
-def breakdown(lesson: str) -> None:
-    """Where one graded notebook's time goes."""
-    import subprocess
-
-    import nbformat
-
-    from transformer_lab.instructor import cell_limits
-
-    py = sys.executable
-    print(f"lesson {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
-    rows = []
-
-    def run(label, argv):
-        _, wall, cpu = _timed(subprocess.run, argv, check=True, capture_output=True)
-        rows.append((label, wall, cpu))
-
-    run("python start-up (`python -c pass`)", [py, "-c", "pass"])
-    run(
-        "nbgrader app imports (`import nbgrader.apps.nbgraderapp`)",
-        [py, "-c", "import nbgrader.apps.nbgraderapp"],
-    )
-    run(
-        "torch + checks imports (`python -I`, as a re-check child did)",
-        [py, "-I", "-c", "import torch; from transformer_lab import check"],
-    )
-    with tempfile.TemporaryDirectory(prefix="bench-breakdown-") as tmp:
-        tmp = Path(tmp)
-        env = _grading_env(REPO, tmp / "home")
-        kernel_only = nbformat.v4.new_notebook()
-        kernel_only.cells = [
-            nbformat.v4.new_code_cell("import torch\nfrom transformer_lab import check")
-        ]
-        kernel_only.metadata["kernelspec"] = {
-            "name": "python3",
-            "display_name": "Python 3",
-            "language": "python",
-        }
-        nbformat.write(kernel_only, tmp / "k.ipynb")
-        _, wall, cpu = _timed(cell_limits.time_cells, tmp / "k.ipynb", env)
-        rows.append(("kernel start + torch + checks imports (nbclient)", wall, cpu))
-        notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-        _, wall, cpu = _timed(cell_limits.time_cells, notebook, env)
-        rows.append(("**plain execution of the solution notebook (nbclient)**", wall, cpu))
-        limits = sandbox.Limits()
-        keep = tmp / "box"
-        keep.mkdir()
-        result, wall, cpu = _timed(
-            sandbox.run, [py, "-c", "pass"], cwd=keep, env=env, limits=limits, keep=keep
-        )
-        rows.append(
-            (
-                f"sandbox around `python -c pass` ({'bubblewrap' if result.isolated else 'no box'})",
-                wall,
-                cpu,
-            )
-        )
-        course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
-        grader = grade.Grader(course, lesson, tmp, quiet=True)
-        grader.run_dir = tmp / "run"
-        _, wall, cpu = _timed(grader.base_gradebook)
-        rows.append(
-            ("per run: base gradebook (nbgrader generate_assignment; cached after)", wall, cpu)
-        )
-        _, wall, cpu = _timed(grader.time_limits)
-        rows.append(("per run: reference times (one plain execution; cached after)", wall, cpu))
-        subs = _submit(tmp, lesson, "s000", nbformat.read(notebook, as_version=4))
-        records, wall, cpu = _timed(
-            grade.grade, course, lesson, subs, out=tmp / "g.csv", quiet=True
-        )
-        record = records[0]
-        job, job_cpu = record.get("timings", {}), record.get("cpu_timings", {})
-        rows.append(("**grading the notebook, caches warm (whole `grade` call)**", wall, cpu))
-        rows.append(
-            (
-                "  job, as the grader saw it (repair, copies, sandbox, record)",
-                record["seconds"],
-                None,
-            )
-        )
-        for key, label in (
-            ("imports", "  in the job: interpreter + trusted imports (torch, checks, nbgrader)"),
-            ("autograde", "  in the job: nbgrader autograde (fork: kernel start, cells, tests)"),
-            ("results", "  in the job: scores from the gradebook, outputs"),
-            ("recheck", "  in the job: clean re-check (forked child runs the cells, judge)"),
-        ):
-            if key in job:
-                rows.append((label, job[key], job_cpu.get(key)))
-        rest = wall - record["seconds"]
-        rows.append(("  outside the job: records, CSV, gradebook merge", rest, None))
-    _table("part", "wall (s)", "CPU (s)")
-    for label, wall, cpu in rows:
-        print(f"| {label} | {wall:.2f} | {'' if cpu is None else f'{cpu:.2f}'} |")
 
 
 def hang(lesson: str) -> None:
@@ -584,64 +527,6 @@ def hang(lesson: str) -> None:
             print(
                 f"| {label} | {wall:.1f} | {cpu:.1f} | {r['score']:g}/{r['max_score']:g} | "
                 f"{(r['reason'] or '')[:160]} |",
-                flush=True,
-            )
-
-
-def _without_budget(grader_class):
-    """The Grader's derived limits with the timeout budget taken off (the limits before it)."""
-    import dataclasses
-
-    derive = grader_class._derive_limits
-
-    def no_budget(self):
-        limits = derive(self)
-        return dataclasses.replace(limits, short={}, short_default=None, budget=None)
-
-    return no_budget
-
-
-def hang_budget(lesson: str) -> None:
-    """The honest student and the one whose graded function loops, with and without the timeout
-    budget, alternating in one run (each its own `grade` call, caches warm)."""
-    import nbformat
-
-    notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-    solution = nbformat.read(notebook, as_version=4)
-    looping = nbformat.from_dict(solution)
-    for cell in looping.cells:
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-        if cell.cell_type == "code" and grade_id.endswith("solution") and "def " in cell.source:
-            head, _, rest = cell.source.partition("def ")
-            name_line, _, body = rest.partition("\n")
-            cell.source = f"{head}def {name_line}\n    while True:\n        pass\n{body}"
-            looped = grade_id
-            break
-    print(f"lesson {lesson}, load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs")
-    _table("student", "limits", "wall (s)", "CPU (s)", "score", "reason")
-    budgeted = grade.Grader._derive_limits
-    with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp:
-        tmp = Path(tmp)
-        course = _prepared_course(tmp, lesson)
-        rows = [
-            ("honest", solution, "budget"),
-            ("honest", solution, "no budget"),
-            (f"loops in {looped}", looping, "budget"),
-            (f"loops in {looped}", looping, "no budget"),
-        ]
-        for i, (label, nb, mode) in enumerate(rows):
-            grade.Grader._derive_limits = (
-                budgeted if mode == "budget" else _without_budget(grade.Grader)
-            )
-            try:
-                subs = _submit(tmp, lesson, f"s{i:03d}", nb)
-                records, wall, cpu = _timed(grade.grade, course, lesson, subs, quiet=True)
-            finally:
-                grade.Grader._derive_limits = budgeted
-            r = next(r for r in records if r["student"] == f"s{i:03d}")
-            print(
-                f"| {label} | {mode} | {wall:.1f} | {cpu:.1f} | "
-                f"{r['score']:g}/{r['max_score']:g} | {r['reason'] or ''} |",
                 flush=True,
             )
 
@@ -703,299 +588,6 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
             )
 
 
-def fork_cost(lessons: list[str]) -> None:
-    """Per lesson, side by side in one run: the plain nbclient execution of the solution, then
-    its grading with the kernel launched the usual way (TRANSFORMER_LAB_KERNEL_FORK=0 in the
-    job's environment), then with the kernel forked from the job (the default; RESULTS §15)."""
-    import nbformat
-
-    from transformer_lab.instructor import kernel_fork
-
-    print(_machine())
-    _table(
-        "lesson",
-        "plain wall / CPU (s)",
-        "graded, launched kernel: wall / CPU (s)",
-        "graded, forked kernel: wall / CPU (s)",
-        "ratio CPU launched",
-        "ratio CPU forked",
-        "job's autograde phase CPU (s) launched → forked",
-        "job's imports CPU (s)",
-        "scores",
-    )
-    real_env = grade._env
-    for lesson in lessons:
-        with tempfile.TemporaryDirectory(prefix="bench-fork-") as tmp:
-            tmp = Path(tmp)
-            course = _prepared_course(tmp, lesson)
-            notebook, p_wall, p_cpu = _plain(tmp, course, lesson)
-            runs = {}
-            for label, extra in (("launched", {kernel_fork.SWITCH: "0"}), ("forked", {})):
-                subs = _submit(tmp, lesson, f"s-{label}", nbformat.read(notebook, as_version=4))
-                grade._env = lambda c, h, extra=extra: {**real_env(c, h), **extra}
-                try:
-                    records, wall, cpu = _timed(
-                        grade.grade, course, lesson, subs, out=tmp / f"{label}.csv", quiet=True
-                    )
-                finally:
-                    grade._env = real_env
-                runs[label] = (wall, cpu, records[0])
-        (lw, lc, lr), (fw, fc, fr) = runs["launched"], runs["forked"]
-        phase = [r.get("cpu_timings", {}) for r in (lr, fr)]
-        print(
-            f"| {lesson} | {p_wall:.1f} / {p_cpu:.1f} | {lw:.1f} / {lc:.1f} | {fw:.1f} / {fc:.1f} "
-            f"| {lc / p_cpu:.2f} | {fc / p_cpu:.2f} "
-            f"| {phase[0].get('autograde', float('nan')):.2f} → {phase[1].get('autograde', float('nan')):.2f} "
-            f"| {phase[0].get('imports', float('nan')):.2f} → {phase[1].get('imports', float('nan')):.2f} "
-            f"| {lr['score']:g}, {fr['score']:g} of {fr['max_score']:g}; flags {len(lr['flags'])}, {len(fr['flags'])} |",
-            flush=True,
-        )
-
-
-def box_cost(lessons: list[str], students: int) -> None:
-    """Per notebook, a class of `students` copies of the solution graded in a bubblewrap box each
-    (the default: a fresh interpreter per job), and the same class with --no-sandbox (jobs forked
-    from the pre-imported worker, the default before the box), side by side with the plain
-    nbclient execution of the notebook (median of 3); per-run caches warm as in a class.
-
-    CPU: this process and what it reaped (the worker and its jobs), plus, for boxed jobs, each
-    job's own CPU as its record reports it (bwrap does not hand its sandbox's CPU time up to
-    this process's RUSAGE_CHILDREN)."""
-    print(f"{students} students a run, {_machine()}")
-    _table(
-        "lesson",
-        "grading",
-        "plain wall / CPU (s, median of 3)",
-        "graded wall / notebook (s)",
-        "graded CPU / notebook (s)",
-        "**ratio wall**",
-        "**ratio CPU**",
-        "full marks",
-    )
-    for lesson in lessons:
-        with tempfile.TemporaryDirectory(prefix="bench-box-") as tmp:
-            tmp = Path(tmp)
-            course = _prepared_course(tmp, lesson)
-            plain = [_plain(tmp, course, lesson)[1:] for _ in range(3)]
-            p_wall, p_cpu = (sorted(x[i] for x in plain)[1] for i in (0, 1))
-            print(f"{lesson}: plain (wall, CPU) {plain}", flush=True)
-            for label, isolate in (("bubblewrap box", True), ("no sandbox, worker", False)):
-                subs = _class(tmp / f"class-{isolate}", lesson, students)
-                records, wall, cpu = _timed(
-                    grade.grade, course, lesson, subs, quiet=True, force=True, isolate=isolate
-                )
-                if isolate:
-                    cpu += sum(sum(r.get("cpu_timings", {}).values()) for r in records)
-                full = sum(r["score"] == r["max_score"] for r in records)
-                print(
-                    f"| {lesson} | {label} | {p_wall:.2f} / {p_cpu:.2f} | {wall / students:.2f} | "
-                    f"{cpu / students:.2f} | {wall / students / p_wall:.2f} | "
-                    f"{cpu / students / p_cpu:.2f} | {full}/{len(records)} |",
-                    flush=True,
-                )
-
-
-def marginal_cost(lessons: list[str], students: int) -> None:
-    """Per lesson, what one more notebook costs in a class: classes of `students` and of twice as
-    many graded with the worker on (the default), the plain execution timed between them (median
-    of 3). The slope between the two classes is the cost of a notebook; what is left of the small
-    class is the run's own cost (the worker's start and imports, the reference times' check, the
-    CSV, the merge's nbgrader import), paid once however large the class."""
-    print(f"classes of {students} and {2 * students}, {_machine()}")
-    _table(
-        "lesson",
-        "plain CPU (s, median of 3)",
-        "class of n: CPU (s)",
-        "class of 2n: CPU (s)",
-        "**one more notebook: CPU (s)**",
-        "per run: CPU (s)",
-        "**ratio**",
-        "full marks",
-    )
-    for lesson in lessons:
-        with tempfile.TemporaryDirectory(prefix="bench-marginal-") as tmp:
-            tmp = Path(tmp)
-            course = _prepared_course(tmp, lesson)
-            plain, cpu, full = [], {}, []
-            for n in (students, 2 * students):
-                plain.append(_plain(tmp, course, lesson)[2])
-                subs = _class(tmp / f"class-{n}", lesson, n)
-                records, _, cpu[n] = _timed(
-                    grade.grade, course, lesson, subs, quiet=True, force=True, worker=True
-                )
-                full.append(f"{sum(r['score'] == r['max_score'] for r in records)}/{n}")
-            plain.append(_plain(tmp, course, lesson)[2])
-            p_cpu = sorted(plain)[1]
-            one = (cpu[2 * students] - cpu[students]) / students
-            per_run = cpu[students] - students * one
-            print(
-                f"| {lesson} | {p_cpu:.2f} ({', '.join(f'{c:.2f}' for c in plain)}) "
-                f"| {cpu[students]:.1f} | {cpu[2 * students]:.1f} | {one:.2f} | {per_run:.1f} "
-                f"| {one / p_cpu:.2f} | {', '.join(full)} |",
-                flush=True,
-            )
-
-
-def _old_wire(monkeypatch: dict) -> None:
-    """The re-check's wire before §22: torch.save both ways, torch.load(weights_only=True) in the
-    parent (then the type check), torch.load in the child. Patched into the modules (the forked
-    children inherit it); `monkeypatch` keeps what to put back."""
-    import io
-
-    import torch
-
-    from transformer_lab.instructor import verify_child, verify_session
-
-    def save(obj) -> bytes:
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        return buf.getvalue()
-
-    def plain(obj, depth=0):
-        if isinstance(obj, torch.Tensor):
-            return obj.detach()
-        if type(obj) in (list, tuple):
-            return type(obj)(plain(x, depth + 1) for x in obj)
-        if type(obj) is dict:
-            return {k: plain(v, depth + 1) for k, v in obj.items()}
-        return obj
-
-    patches = {
-        (verify_session, "pack_request"): save,
-        (verify_session, "unpack_reply"): lambda d: plain(
-            torch.load(io.BytesIO(bytes(d)), weights_only=True)
-        ),
-        (verify_child, "pack_reply"): save,
-        (verify_child, "unpack_request"): lambda d: torch.load(
-            io.BytesIO(bytes(d)), weights_only=False
-        ),
-    }
-    for (module, name), value in patches.items():
-        monkeypatch[(module, name)] = getattr(module, name)
-        setattr(module, name, value)
-
-
-def _restore(monkeypatch: dict) -> None:
-    for (module, name), value in monkeypatch.items():
-        setattr(module, name, value)
-    monkeypatch.clear()
-
-
-def wire_cost(calls: int = 2000) -> None:
-    """One call of a student's function in the re-check (through the pipe, into a forked child
-    and back), with the wire before §22 and now, side by side in one run: a small call like the
-    statistical checks' (an (8, 16) tensor and a generator in, one draw out) and a large one
-    (a 2 MiB tensor in and out)."""
-    import torch
-
-    from transformer_lab import check  # noqa: F401 - imported before the children are forked
-    from transformer_lab.instructor.verify_remote import remote_function
-    from transformer_lab.instructor.verify_session import Session, Spawner
-
-    torch.set_num_threads(1)
-    cells = [
-        [
-            0,
-            "import torch\ndef draw(x, g=None):\n    return torch.randint(0, 10, (1,), generator=g)",
-        ],
-        [1, "def same(x):\n    return x * 1.0"],
-    ]
-    small = (torch.randn(8, 16), torch.Generator().manual_seed(0))
-    large = (torch.randn(64, 128, 64),)
-    print(f"{calls} small and {calls // 20} large calls each, {_machine()}")
-    _table("wire", "small call: wall (ms)", "parent CPU (ms)", "large call: wall (ms)")
-    rows = {}
-    saved: dict = {}
-    for label in ("torch.save / torch.load (before)", "frames: JSON or pickle + raw bytes (now)"):
-        if "before" in label:
-            _old_wire(saved)
-        with tempfile.TemporaryDirectory(prefix="bench-wire-") as tmp:
-            spawner = Spawner(Path(tmp), None, 1)
-            session = Session(cells, Path(tmp), time.monotonic() + 3600, None, 60, spawn=spawner)
-            draw, same = remote_function(session, "draw"), remote_function(session, "same")
-            for _ in range(50):
-                draw(*small)
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(calls):
-                draw(*small)
-            small_wall = (time.perf_counter() - wall) / calls * 1e3
-            small_cpu = (time.process_time() - cpu) / calls * 1e3
-            wall = time.perf_counter()
-            for _ in range(calls // 20):
-                assert torch.equal(same(*large), large[0])
-            large_wall = (time.perf_counter() - wall) / (calls // 20) * 1e3
-            session.close()
-            spawner.close()
-        _restore(saved)
-        rows[label] = small_wall
-        print(f"| {label} | {small_wall:.2f} | {small_cpu:.2f} | {large_wall:.1f} |", flush=True)
-    before, now = rows.values()
-    print(f"small call: {before / now:.1f}x faster now")
-
-
-def _slow_cell_ids(course: Path, lesson: str) -> set[str]:
-    """The cells of the solution notebook that took job.SLOW_CELL seconds or more in the plain
-    run that gave the reference times (what the job reads from nbgrader's run)."""
-    import json
-
-    from transformer_lab.instructor import job
-
-    cached = course / "autograder" / "work" / "cell_times" / f"{lesson}.json"
-    times = json.loads(cached.read_text())["times"]
-    return {key for key, seconds in times.items() if seconds >= job.SLOW_CELL}
-
-
-def recheck_ab(lessons: list[str]) -> None:
-    """The clean re-check of each lesson's solution alone (`verify`, forked children, as in a
-    grading job), three ways side by side in one run: as before §22 (the torch.save wire, every
-    student cell); the new wire and the cells up to the last test; and also the slow cells no
-    test needs left out (slow from the reference run's times)."""
-    import importlib
-
-    from transformer_lab.instructor import verify
-
-    importlib.import_module("transformer_lab.check")
-    print(f"{_machine()}")
-    _table(
-        "lesson",
-        "before: CPU (s)",
-        "new wire, up to the last test: CPU (s)",
-        "+ slow cells no test needs left out: CPU (s)",
-        "ratio (before / now)",
-        "cells left out",
-        "passed",
-    )
-    for lesson in lessons:
-        with tempfile.TemporaryDirectory(prefix="bench-recheck-") as tmp:
-            tmp = Path(tmp)
-            course = _prepared_course(tmp, lesson)
-            slow = _slow_cell_ids(course, lesson)
-            notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
-            saved: dict = {}
-            cpu, passed = [], []
-            for way in ("before", "wire", "now"):
-                kwargs = {"course": REPO, "timeout": 900, "memory": None, "fork": True}
-                if way == "before":
-                    _old_wire(saved)
-                    saved[(verify, "up_to_the_last_test")] = verify.up_to_the_last_test
-                    verify.up_to_the_last_test = lambda nb, code, ids: list(code)
-                if way == "now":
-                    kwargs["slow_cells"] = slow
-                try:
-                    got, _, c = _timed(verify.verify, lesson, notebook, tmp / way, **kwargs)
-                finally:
-                    _restore(saved)
-                cpu.append(c)
-                passed.append(sum(v["passed"] for v in got["cells"].values()))
-            left_out = got["left_out"]  # the last way's
-            n = len(verify.released_test_cells(REPO, lesson))
-            print(
-                f"| {lesson} | {cpu[0]:.2f} | {cpu[1]:.2f} | {cpu[2]:.2f} | {cpu[0] / cpu[2]:.1f} "
-                f"| {len(left_out['cells'])} of {left_out['of']} | {'/'.join(str(p) for p in passed)} of {n} |",
-                flush=True,
-            )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lesson", default="02_qkv_attention")
@@ -1006,67 +598,25 @@ def main() -> None:
         action="store_true",
         help="--jobs 1, --jobs 2 and Dask on loopback (scheduler + 2 workers), memory per job",
     )
-    parser.add_argument("--cost", action="store_true", help="graded against plain, per lesson")
-    parser.add_argument("--lessons", nargs="*", help="for --cost (default: every lesson)")
-    parser.add_argument("--breakdown", action="store_true", help="where one notebook's time goes")
-    parser.add_argument("--hang", action="store_true", help="hanging and looping students")
     parser.add_argument(
-        "--hang-budget", action="store_true", help="a looping student with and without the budget"
+        "--cost", action="store_true", help="a class graded (box, --no-sandbox) against plain"
     )
+    parser.add_argument(
+        "--first", action="store_true", help="a first grading of 3 on a fresh course vs plain"
+    )
+    parser.add_argument("--lessons", nargs="*", help="for --cost/--first (default: --lesson)")
+    parser.add_argument("--hang", action="store_true", help="hanging and looping students")
     parser.add_argument("--merge", type=int, metavar="N", help="merge N records: before/after")
     parser.add_argument("--new-only", action="store_true", help="--merge: the one-pass merge only")
-    parser.add_argument(
-        "--fork-cost",
-        action="store_true",
-        help="graded with the kernel launched and forked, against plain, per lesson",
-    )
-    parser.add_argument(
-        "--marginal",
-        action="store_true",
-        help="one more notebook's cost in a class (classes of --students and twice as many)",
-    )
-    parser.add_argument(
-        "--box",
-        action="store_true",
-        help="a class graded in bubblewrap boxes and with --no-sandbox, against plain (--lessons)",
-    )
-    parser.add_argument(
-        "--wire", action="store_true", help="one re-check call: the wire before §22 and now"
-    )
-    parser.add_argument(
-        "--recheck-ab",
-        action="store_true",
-        help="the re-check alone: before §22, new wire, new wire + cells needed (--lessons)",
-    )
     args = parser.parse_args()
-    if args.wire:
-        wire_cost()
-        return
-    if args.recheck_ab:
-        every = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
-        recheck_ab(args.lessons or every)
-        return
-    if args.marginal:
-        marginal_cost(args.lessons or [args.lesson], args.students)
-        return
-    if args.box:
-        box_cost(args.lessons or [args.lesson], args.students)
-        return
-    if args.hang_budget:
-        hang_budget(args.lesson)
-        return
     if args.merge:
         merge_cost(args.merge, args.lesson, new_only=args.new_only)
         return
     if args.cost:
-        every = sorted(p.name for p in (REPO / "solutions").iterdir() if p.is_dir())
-        cost(args.lessons or every)
+        cost(args.lessons or [args.lesson], args.students)
         return
-    if args.breakdown:
-        breakdown(args.lesson)
-        return
-    if args.fork_cost:
-        fork_cost(args.lessons or [args.lesson])
+    if args.first:
+        first_grading(args.lessons or [args.lesson])
         return
     if args.hang:
         hang(args.lesson)

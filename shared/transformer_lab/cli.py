@@ -114,11 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="grade without the bubblewrap box (rlimits only; every record is flagged)",
     )
-    p.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip the clean re-check (only for tests that are not transformer_lab checks)",
-    )
 
     p = sub.add_parser("export", help="CSV of every graded submission")
     p.add_argument("--out", type=Path, default=Path("grades.csv"))
@@ -168,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
             wall_seconds=args.wall_seconds,
             cell_timeout=args.cell_timeout,
             isolate=not args.no_sandbox,
-            verify=not args.no_verify,
         )
     if args.command == "export":
         return commands.export(root, args.out, args.assignment, args.wide)

@@ -9,8 +9,10 @@ weakened box (`sandbox.WEAKENINGS`), which proves that the attack is real and th
 it meets is the one that stops it.
 
 Then hostile students, end to end: submissions of the tiny lesson whose extra cell tries the same
-things inside nbgrader's kernel are graded with `grade`; each scores below full marks, and the
-course, the gradebook, the machine's /tmp and home are unchanged and no connection is made.
+things inside the student's process (boxed; the judge runs outside the box) are graded with
+`grade`; each scores below full marks, and the course, the gradebook, the machine's /tmp and home
+are unchanged and no connection is made; a student who stops every process it can signal does
+not stop the judge, which grades the rest of the notebook.
 """
 
 from __future__ import annotations
@@ -328,10 +330,11 @@ def test_an_unknown_weakening_is_refused(tmp_path):
         sandbox.box_argv(["true"], cwd=tmp_path, keep=tmp_path, ids=None, weaken={"nothing"})
 
 
-# ------------------------------------------------------------------------- the judge in the box
+# ------------------------------------------------------------- a judge beside the student's code
 
-# A judge (the grading job) and the student's code it forks, in one box: the student tries to
-# ptrace the judge. `job.not_traceable` (PR_SET_DUMPABLE 0) is what stops it.
+# The judge (the grading job) and student code of the same uid in one box, as --no-sandbox runs
+# them: the student tries to ptrace the judge. `job.not_traceable` (PR_SET_DUMPABLE 0) is what
+# stops it there. (Boxed, the student's process cannot even see the judge: its own PID namespace.)
 JUDGE_AND_STUDENT = r"""
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -391,8 +394,8 @@ def test_not_traceable_sets_the_flag():
 
 # ------------------------------------------------------------------------- hostile students
 
-# Extra cells of hostile submissions (each also gets `add` wrong): run in nbgrader's kernel, in
-# the box. Each writes what it managed into its own output, which the grader keeps.
+# Extra cells of hostile submissions (each also gets `add` wrong): run in the student's process,
+# in its box. Each writes what it managed into its own output, which the grader keeps.
 HOSTILE_CELLS = {
     "setns": ATTACKS["setns"],
     "umount": ATTACKS["umount"],
@@ -424,6 +427,16 @@ for path in glob.glob(os.path.join(E["SUBMISSIONS"], "*", "*", "*.ipynb")):
     print("read", path, len(open(path).read()))
 for path in glob.glob(os.path.join(E["COURSE"], "solutions", "*", "*")):
     print("read", path)
+""",
+    "stop-everyone": r"""
+import signal
+for pid in range(1, 40000):
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            print("stopped", pid)
+        except OSError:
+            pass
 """,
     "fork-bomb": r"""
 import time
@@ -483,7 +496,7 @@ def test_hostile_students_score_below_full_marks_and_change_nothing(
     _accepted(machine["listener"])
     course_before = _digest(tiny_course / "solutions") + _digest(tiny_course / "exercises")
 
-    records = grade.grade(tiny_course, TINY, subs, jobs=2, verify=False, quiet=True, force=True)
+    records = grade.grade(tiny_course, TINY, subs, jobs=2, quiet=True, force=True)
 
     by = {r["student"]: r for r in records if r["student"] in HOSTILE_CELLS}
     assert set(by) == set(HOSTILE_CELLS)
@@ -498,3 +511,6 @@ def test_hostile_students_score_below_full_marks_and_change_nothing(
         [r.get("reason") for r in by.values()]
     )
     assert "def add(a, b):\\n    return a + b" not in outputs  # no solution leaked
+    # the judge was not stopped: it judged the tests after the attack (mul is right)
+    stopper = by["stop-everyone"]
+    assert stopper["status"] == "graded" and stopper["cells"]["mul-test"]["passed"], stopper

@@ -1,10 +1,11 @@
-"""Tamper resistance: `instructor.verify` re-checks graded cells where student code cannot reach.
+"""Tamper resistance: the judge runs every test cell where student code cannot reach (`judge`,
+through `instructor.verify`).
 
-Each hostile submission is run twice: in a Jupyter kernel the way nbgrader runs it (the released
-test cells, hidden tests included, in the same kernel as the student's code), and through
-`verify`. The tests assert the exact per-cell result of both and the exact flags: a hostile
-submission gains no points on verify, is flagged, and where it fooled the kernel that is flagged
-as suspected tampering.
+Each hostile submission is run twice: in a Jupyter kernel the way plain nbgrader runs it (the
+released test cells, hidden tests included, in the same kernel as the student's code: the
+weakened judge, which several attacks fool), and judged. The tests assert the exact per-cell
+result of both and the exact flags: a hostile submission gains no points from the judge, and its
+code is flagged.
 """
 
 from __future__ import annotations
@@ -112,19 +113,12 @@ def in_kernel(path: Path, lesson: str) -> dict[str, bool]:
     return result
 
 
-def run_verify(path: Path, lesson: str, tmp_path: Path, kernel: dict | None = None) -> dict:
-    return V.verify(lesson, path, tmp_path / "work", course=ROOT, timeout=240, kernel_passed=kernel)
+def run_verify(path: Path, lesson: str, tmp_path: Path) -> dict:
+    return V.verify(lesson, path, tmp_path / "work", course=ROOT, timeout=240)
 
 
 def passed(result: dict) -> dict[str, bool]:
     return {gid: cell["passed"] for gid, cell in result["cells"].items()}
-
-
-def tamper(gids) -> list[str]:
-    return [
-        f"suspected tampering: {gid} passed in the notebook but not on a clean re-check"
-        for gid in gids
-    ]
 
 
 # A wrong scaled_dot_product_attention (no division by √d_k); SelfAttention calls it, so both
@@ -237,12 +231,11 @@ def test_monkeypatched_allclose(tmp_path):
     path = hostile(tmp_path, "torch.allclose = lambda *args, **kwargs: True")
     kernel = in_kernel(path, L02)
     assert kernel == ALL_PASS  # the in-kernel check is fooled
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "torch.allclose =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns torch.allclose",
-        *tamper(BOTH),
     ]
     assert "not divided by √d_k" in result["cells"]["sdpa-test"]["message"]
 
@@ -251,7 +244,7 @@ def test_monkeypatched_assert_close(tmp_path):
     path = hostile(tmp_path, "torch.testing.assert_close = lambda *args, **kwargs: None")
     kernel = in_kernel(path, L02)
     assert kernel == NONE_PASS  # the checks never used assert_close: not fooled
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "assert_close =")
     assert result["flags"] == [f"suspicious code in cell {n}: assigns torch.testing.assert_close"]
@@ -261,13 +254,12 @@ def test_redefined_check_function(tmp_path):
     path = hostile(tmp_path, "check.scaled_dot_product_attention = lambda *a, **k: None")
     kernel = in_kernel(path, L02)
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "check.scaled_dot_product_attention =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns check.scaled_dot_product_attention "
         "(transformer_lab.check.scaled_dot_product_attention)",
-        *tamper(["sdpa-test"]),
     ]
 
 
@@ -283,7 +275,7 @@ def test_patched_engine_internals(tmp_path):
     # SelfAttention check's last_weights step compares the weights itself, so that cell still
     # fails in the kernel (the layer uses the wrong attention).
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "engine._compare_outputs =")
     assert result["flags"] == [
@@ -291,7 +283,6 @@ def test_patched_engine_internals(tmp_path):
         "(transformer_lab.check.engine._compare_outputs)",
         f"suspicious code in cell {n}: assigns engine._compare_tensor "
         "(transformer_lab.check.engine._compare_tensor)",
-        *tamper(["sdpa-test"]),
     ]
 
 
@@ -306,7 +297,7 @@ def test_patched_reference(tmp_path):
     path = hostile(tmp_path, code)
     kernel = in_kernel(path, L02)
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "A.scaled_dot_product_attention =")
     assert result["flags"] == [
@@ -314,7 +305,6 @@ def test_patched_reference(tmp_path):
         "(transformer_lab.attention.scaled_dot_product_attention)",
         f"suspicious code in cell {n}: assigns "
         "engine.EXERCISES['scaled_dot_product_attention'].reference",
-        *tamper(["sdpa-test"]),
     ]
 
 
@@ -326,15 +316,12 @@ def test_patched_builtins(tmp_path):
         "builtins.isinstance = lambda obj, cls: True if cls is torch.Tensor else _isinstance(obj, cls)\n"
     )
     path = hostile(tmp_path, code)
-    kernel = in_kernel(path, L02)
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "import builtins")
-    fooled = [gid for gid, ok in kernel.items() if ok]
     assert result["flags"] == [
         f"suspicious code in cell {n}: imports builtins",
         f"suspicious code in cell {n}: assigns builtins.isinstance",
-        *tamper(fooled),
     ]
 
 
@@ -397,7 +384,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     kernel = in_kernel(path, L02)
     # SelfAttention calls it too, and the reference is forbidden there as well: both refused.
     assert kernel == NONE_PASS
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     assert (
         "transformer_lab.attention.scaled_dot_product_attention"
@@ -420,7 +407,7 @@ scaled_dot_product_attention = _ns["scaled_dot_product_attention"]
     path = submission(tmp_path, L02, {"sdpa-solution": answer})
     kernel = in_kernel(path, L02)
     assert kernel == ALL_PASS  # the copy is a different function object: the kernel is fooled
-    result = run_verify(path, L02, tmp_path, kernel)
+    result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     n = cell_number(path, "_ns = {")
     assert result["flags"] == [
@@ -432,7 +419,6 @@ scaled_dot_product_attention = _ns["scaled_dot_product_attention"]
         "ran a copy of transformer_lab.attention.scaled_dot_product_attention in "
         "scaled_dot_product_attention",
         "ran a copy of transformer_lab.attention.scaled_dot_product_attention in SelfAttention",
-        *tamper(BOTH),
     ]
 
 
@@ -445,7 +431,7 @@ def test_lesson06_redefined_value_check(tmp_path):
     )
     kernel = in_kernel(path, L06)
     assert kernel == {"causal-mask-test": True, "alpha-22-test": True, "padding-mask-test": True}
-    result = run_verify(path, L06, tmp_path, kernel)
+    result = run_verify(path, L06, tmp_path)
     assert passed(result) == {
         "causal-mask-test": True,
         "alpha-22-test": False,
@@ -458,7 +444,6 @@ def test_lesson06_redefined_value_check(tmp_path):
     n = cell_number(path, "check.alpha_22 =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns check.alpha_22 (transformer_lab.check.alpha_22)",
-        *tamper(["alpha-22-test"]),
     ]
 
 
@@ -466,9 +451,12 @@ def test_lesson06_redefined_value_check(tmp_path):
 # The child's limits and bad input.
 
 
+LIMIT = 20  # seconds a cell or test: an honest one's checks take a few on a loaded machine
+
+
 def test_infinite_loop_in_a_cell_is_cut_and_grading_goes_on(tmp_path):
     path = submission(tmp_path, L02, after={"sdpa-solution": "while True:\n    pass"})
-    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=240, cell_timeout=5)
+    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=240, cell_timeout=LIMIT)
     assert passed(result) == ALL_PASS
 
 
@@ -480,8 +468,8 @@ def test_endless_loop_in_a_graded_function_gets_a_per_test_limit(tmp_path):
     looping = WRONG_SDPA.replace("    scores =", "    while True:\n        pass\n    scores =", 1)
     path = submission(tmp_path, L02, {"sdpa-solution": looping})
     start = time.monotonic()
-    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=200, cell_timeout=5)
-    assert time.monotonic() - start < 100
+    result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=300, cell_timeout=LIMIT)
+    assert time.monotonic() - start < 200
     assert passed(result) == NONE_PASS
     for gid in BOTH:
         assert "ran past the per-cell time limit" in result["cells"][gid]["message"], result
@@ -492,7 +480,8 @@ def test_child_death_fails_every_cell_with_the_reason(tmp_path):
     result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
     assert result["cells"]["sdpa-test"]["message"] == (
-        "running the notebook's cells failed: the clean re-check process ended with exit code 3"
+        "DeadKernelError: the student's process died before this test: "
+        "the student's process ended with exit code 3"
     )
 
 
@@ -644,9 +633,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     }, by
     flags = {s: [f for f in r["flags"] if "without a sandbox" not in f] for s, r in by.items()}
     assert flags["honest"] == []
-    assert set(tamper(BOTH)) <= set(flags["allclose"])
     assert any("assigns torch.allclose" in f for f in flags["allclose"])
-    assert set(tamper(["sdpa-test"])) <= set(flags["redefined"])
     assert any("assigns check.scaled_dot_product_attention" in f for f in flags["redefined"])
     assert (
         "called forbidden F.scaled_dot_product_attention in scaled_dot_product_attention"

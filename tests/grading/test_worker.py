@@ -1,6 +1,6 @@
-"""The pre-imported grading worker (`instructor/worker.py`), which serves runs without a sandbox
-(--no-sandbox): a job forked from it pays no imports and never reaches the worker; it is never
-boxed (a bubblewrap box runs a program of its own: `sandbox.run`).
+"""The pre-imported grading worker (`instructor/worker.py`), which forks every grading job: a job
+forked from it pays no imports and never reaches the worker; it is never boxed (the job is trusted
+code; the student's process that its judge starts is boxed, `judge`).
 
 One real worker (`python -m transformer_lab.instructor.worker`) serves most tests; the mutants
 (a child that skips the namespaces, keeps the control socket, keeps the worker's environment)
@@ -24,7 +24,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab.instructor import grade, job, kernel_fork, sandbox, worker
+from transformer_lab.instructor import grade, job, sandbox, worker
 from transformer_lab.instructor.course import PACKAGE_REPO
 
 needs_namespaces = pytest.mark.skipif(
@@ -157,7 +157,7 @@ def test_a_forked_job_imported_nothing_and_holds_nothing_of_the_worker(real_work
     assert json.loads(forked.stdout)["torch imported before"] is True  # the worker's imports
     assert forked.warning.startswith("graded without a sandbox (--no-sandbox)")
     assert isolation_problems(forked, box) != []  # and it is not boxed
-    with pytest.raises(ValueError, match="cannot be boxed"):
+    with pytest.raises(ValueError, match="never boxed"):
         real_worker.run([sys.executable, "-c", PROBE], **box, isolate=True)
 
 
@@ -247,8 +247,8 @@ def _environment_problems(seen: dict, job_dir: Path) -> list[str]:
         "quick": False,
         "grading": True,
         "cwd": str(job_dir),
-        # pyplot imported by the worker (with the forked kernel), its folders the job's own
-        "matplotlib": os.environ.get(kernel_fork.SWITCH, "1") != "0",
+        # the worker does not import pyplot (no student code runs in a job)
+        "matplotlib": False,
         "mpl config": str(home / "mpl"),
         "mpl cache": str(home / "mpl"),
         "mpl styles": [str(home / "mpl" / "stylelib")],
@@ -366,7 +366,7 @@ def test_an_unboxed_run_forks_its_jobs_from_the_worker_or_not_when_switched_off(
     monkeypatch,
 ):
     subs = _one_student(tmp_path, tiny_course)
-    common = dict(verify=False, quiet=True, force=True, isolate=False)
+    common = dict(quiet=True, force=True, isolate=False)
     [forked] = grade.grade(tiny_course, TINY, subs, **common)
     assert forked["score"] == 3.0
     assert not any("grading worker" in flag for flag in forked["flags"])
@@ -403,9 +403,7 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
 
     monkeypatch.setattr(worker.Worker, "start", staticmethod(start))
     subs = _one_student(tmp_path, tiny_course)
-    [record] = grade.grade(
-        tiny_course, TINY, subs, verify=False, quiet=True, force=True, isolate=False
-    )
+    [record] = grade.grade(tiny_course, TINY, subs, quiet=True, force=True, isolate=False)
     assert record["score"] == 3.0
     flag = next(f for f in record["flags"] if "grading worker unavailable" in f)
     assert "no torch here" in flag and "started its own interpreter" in flag

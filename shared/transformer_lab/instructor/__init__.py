@@ -1,4 +1,4 @@
-"""The instructor's side: release, collect, grade (sandbox, nbgrader, clean re-check), report.
+"""The instructor's side: release, collect, grade (nbgrader, judged outside the student's box), report.
 
 Importing nbformat imports jsonschema, whose optional checks of the "iri" and "uri" string
 formats import `rfc3987_syntax` and `rfc3986_validator`, which build parsers at import: about

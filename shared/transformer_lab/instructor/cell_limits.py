@@ -9,21 +9,22 @@ keeps its id in a submission); a cell the reference does not have (a student's o
 gets the floor. An instructor's fixed `--cell-timeout` (`Limits.cell_timeout`) replaces all this:
 every cell then gets that limit, as before.
 
-The reference times come from one plain execution of the source notebook (solutions/, hidden
-tests included) under the grading settings (quick mode, grading mode, one thread), timed per cell
-with nbclient. They are cached in `<course>/autograder/work/cell_times/<assignment>.json`, keyed by
+The reference times come from one execution of the source notebook (solutions/, hidden tests
+included) the way a student's notebook is executed (`judge.time_notebook`: its cells in a process
+of their own, its tests in the judge; quick mode, grading mode, one thread), timed per cell. They
+are cached in `<course>/autograder/work/cell_times/<assignment>.json`, keyed by
 the SHA-256 of the source notebooks and the quick-mode flag: a class graded in several runs (or a
 resumed run) measures once; an edited solution is measured again. The cache sits beside the
 gradebook, which no grading job ever sees.
 
 A timeout budget per notebook. A loop inside a graded function that many cells call would cost
-the limit once per such cell, in nbgrader's kernel and again in the clean re-check. So each of the
-two executions of a notebook keeps a `TimeoutBudget`: until a cell hits its limit every cell gets
+the limit once per such cell. So the execution of a notebook keeps a `TimeoutBudget`, shared by
+the student's cells and the tests: until a cell hits its limit every cell gets
 its full limit (an honest but slow notebook is never shortened); after that a cell gets at most
 what is left of the budget (`budget` = 20 s, `autograder/cell_limits.json` {"budget": s}), and
 once the budget is spent a *short* limit, max(2 s, 3 x the reference's time). What a notebook's
-looping cells cost is then at most max(first limit, budget) + cells x short limit per execution.
-The re-check also gives the short limit at once to every cell that hit its limit in the kernel.
+looping cells cost is then at most max(first limit, budget) + cells x short limit. A cell or test
+that hit its limit gets the short limit at once when a fresh student process runs it again.
 Fixed limits (`--cell-timeout`, or the fallback when the reference cannot be timed) have no budget.
 """
 
@@ -33,7 +34,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,15 +45,13 @@ SHORT_FLOOR = 2.0  # once the budget is spent: max(SHORT_FLOOR, SHORT_FACTOR x r
 SHORT_FACTOR = 3.0
 CONFIG = "cell_limits.json"
 SETTINGS = ("floor", "factor", "budget")
-TIMEOUT_ENAME = "CellTimeoutError"  # nbclient's error when it stopped a cell at its limit
-# A test's time in the clean re-check (`verify`), keyed RECHECK + grade id: there every call of
-# the student's code crosses a pipe, so a check that calls it thousands of times (a statistical
-# property) takes many times its time in the notebook, and gets its limit from this time.
+# A test's time in the judge, keyed RECHECK + grade id: there every call of the student's code
+# crosses a pipe, so a check that calls it thousands of times (a statistical property) takes many
+# times what the same check takes in one process, and gets its limit from this time.
 RECHECK = "recheck:"
 RECHECK_FACTOR = 4.0  # its limit: max(floor, RECHECK_FACTOR x that time); the pipe's cost is
-# most of that time and is steady, and a student whose code loops only in the re-check's child
-# must not cost 20 x it
-CACHE_VERSION = "2"  # 2: the re-check's test times too
+# most of that time and is steady, and a student whose code loops there must not cost 20 x it
+CACHE_VERSION = "3"  # 3: every time measured by the judged execution (`judge`)
 
 
 @dataclasses.dataclass
@@ -77,11 +75,6 @@ class CellLimits:
             return full, full
         short = _lookup(self.short, grade_id, cell_id, self.short_default or full)
         return full, min(full, short)
-
-    def __call__(self, cell) -> float:
-        """nbclient's `timeout_func`: the limit of one notebook cell."""
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        return self.for_ids(meta.get("grade_id"), cell.get("id"))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -128,7 +121,7 @@ def derive(
     budget: float | None = BUDGET,
 ) -> CellLimits:
     """max(floor, factor x reference time) for every reference cell (a test's time in the
-    re-check: max(floor, RECHECK_FACTOR x it)); the floor for the rest; once `budget` is spent:
+    judge: max(floor, RECHECK_FACTOR x it)); the floor for the rest; once `budget` is spent:
     max(SHORT_FLOOR, SHORT_FACTOR x reference time), never above the full limit (budget None:
     none)."""
     if floor <= 0 or factor <= 0:
@@ -228,23 +221,6 @@ class TimeoutBudget:
         )
 
 
-def runs_in_nbclient(cell) -> bool:
-    """nbclient executes (and asks the limit of) a code cell with some source, unless tagged."""
-    return (
-        cell.get("cell_type") == "code"
-        and bool(str(cell.get("source", "")).strip())
-        and "skip-execution" not in (cell.get("metadata") or {}).get("tags", [])
-    )
-
-
-def hit_its_limit(cell) -> bool:
-    """nbclient stopped this (executed) cell at its time limit (nbgrader's error_on_timeout)."""
-    return any(
-        o.get("output_type") == "error" and o.get("ename") == TIMEOUT_ENAME
-        for o in cell.get("outputs", [])
-    )
-
-
 def cell_key(cell, index: int | None = None) -> str:
     """How a reason names a cell: its grade id, else its number and id."""
     meta = (cell.get("metadata") or {}).get("nbgrader") or {}
@@ -252,42 +228,6 @@ def cell_key(cell, index: int | None = None) -> str:
         return meta["grade_id"]
     number = "?" if index is None else index + 1
     return f"{number} (id {cell.get('id', '?')})"
-
-
-class KernelLimits:
-    """nbclient's `timeout_func` for one notebook, with its timeout budget. nbclient asks for a
-    cell's limit just before it runs the cell, after the previous cell's outputs are in (a cell
-    stopped at its limit has nbgrader's CellTimeoutError among them): so each call first charges
-    the budget for the previous cell if it hit its limit. Going over the executed notebook again
-    (`replay`) gives the same limits: that is how the record names them."""
-
-    def __init__(self, limits: CellLimits):
-        self.limits = limits
-        self.budget = TimeoutBudget(limits.budget)
-        self._last = None  # (cell, its limit, its index if known)
-
-    def __call__(self, cell, index: int | None = None) -> float:
-        if self._last is not None and self._last[0] is cell:
-            return self._last[1]
-        self.settle()
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
-        limit = self.budget.limit(*self.limits.pair(meta.get("grade_id"), cell.get("id")))
-        self._last = (cell, limit, index)
-        return limit
-
-    def settle(self) -> None:
-        """Charge the budget for the last cell if it hit its limit."""
-        if self._last is not None:
-            cell, limit, index = self._last
-            if hit_its_limit(cell):
-                self.budget.charge(cell_key(cell, index), limit)
-        self._last = None
-
-    def replay(self, cells) -> dict[int, float]:
-        """{index: the limit nbclient gave it} for the executed cells of a finished notebook."""
-        limits = {i: self(c, i) for i, c in enumerate(cells) if runs_in_nbclient(c)}
-        self.settle()
-        return limits
 
 
 # ----------------------------------------------------------------------------------------------
@@ -302,74 +242,30 @@ def source_digest(course: Path, assignment: str) -> str:
     return digest.hexdigest()
 
 
-def time_cells(notebook: Path, env: dict[str, str], timeout: float = 600.0) -> dict[str, float]:
-    """Execute `notebook` plainly with nbclient; {grade id or cell id: seconds} of each code cell
-    (both keys for an nbgrader cell). Raises RuntimeError if a cell fails."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(notebook, as_version=4)
-    started: dict[int, float] = {}
-    times: dict[str, float] = {}
-
-    def on_execute(cell, cell_index, **_):
-        started[cell_index] = time.monotonic()
-
-    def on_complete(cell, cell_index, **_):
-        seconds = time.monotonic() - started.get(cell_index, time.monotonic())
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        for key in (meta.get("grade_id"), cell.get("id")):
-            if key:
-                times[key] = round(seconds, 3)
-
-    with tempfile.TemporaryDirectory(prefix="transformer-lab-reference-") as tmp:
-        client = NotebookClient(
-            nb,
-            timeout=timeout,
-            kernel_name="python3",
-            resources={"metadata": {"path": tmp}},
-            on_cell_execute=on_execute,
-            on_cell_executed=on_complete,
-        )
-        try:
-            client.execute(env=env)
-        except Exception as error:
-            raise RuntimeError(
-                f"the reference solution {notebook.name} failed while timing its cells: "
-                f"{type(error).__name__}: {str(error)[-500:]}"
-            ) from None
-    return times
-
-
-def reference_times(
-    course: Path, assignment: str, env: dict[str, str], say=print, recheck=None
-) -> dict[str, float]:
-    """The reference solution's per-cell times, from the cache or measured (then cached);
-    `recheck(notebook)` gives its tests' times in the clean re-check ({grade id: seconds}, kept
-    under RECHECK + grade id)."""
+def reference_times(course: Path, assignment: str, say=print, measure=None) -> dict[str, float]:
+    """The reference solution's per-cell times, from the cache or measured (then cached):
+    `measure(notebook)` runs one source notebook as a student's would run and gives {grade id or
+    cell id: seconds} of its cells and {RECHECK + grade id: seconds} of its tests."""
     course = Path(course)
     cache = course / "autograder" / "work" / "cell_times" / f"{assignment}.json"
     digest = source_digest(course, assignment)
     try:
         data = json.loads(cache.read_text())
-        if data.get("sha256") == digest and (recheck is None or data.get("recheck")):
+        if data.get("sha256") == digest:
             return {str(k): float(v) for k, v in data["times"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     times: dict[str, float] = {}
     start = time.monotonic()
     for path in sorted((course / "solutions" / assignment).glob("*.ipynb")):
-        times.update(time_cells(path, env))
-        if recheck is not None:
-            times.update({RECHECK + gid: t for gid, t in recheck(path).items()})
+        times.update(measure(path))
     say(
         f"timed the reference solution of {assignment} once ({time.monotonic() - start:.1f} s; "
         f"cached in {cache.relative_to(course)})"
     )
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp")
-    record = {"sha256": digest, "times": times, "recheck": recheck is not None}
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps({"sha256": digest, "times": times}, indent=1, sort_keys=True))
     tmp.replace(cache)
     return times
 
@@ -379,7 +275,7 @@ def describe(limits: CellLimits) -> str:
         return f"{limits.default:g} s per cell (fixed)"
     values = sorted({t for key, t in limits.seconds.items() if not key.startswith(RECHECK)})
     recheck = sorted({t for key, t in limits.seconds.items() if key.startswith(RECHECK)})
-    tests = f"; tests in the re-check {recheck[0]:g}-{recheck[-1]:g} s" if recheck else ""
+    tests = f"; tests {recheck[0]:g}-{recheck[-1]:g} s" if recheck else ""
     budget = (
         f"; once {limits.budget:g} s are spent in cells that hit their limit, "
         f"max({SHORT_FLOOR:g} s, {SHORT_FACTOR:g} x the reference)"

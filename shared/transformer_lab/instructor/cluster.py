@@ -8,13 +8,13 @@ student, the unit of work of `grade.Grader._grade`, moves to a Dask worker:
    the scheduler, so a worker that dies does not lose it): autograder/*.py,
    exercises/<assignment>/, solutions/<assignment>/ (the hidden tests; the sandbox hides them
    from the student's code as it does locally), a copy of the gradebook prepared once for the run,
-   the grader's settings (limits, --no-verify, ...), and the package's version and digest.
+   the grader's settings (limits, --no-sandbox, ...), and the package's version and digest.
 2. Per student, the task carries the student's folder as the grader sees it: the bytes of every
    top-level notebook, and the names (not the bytes) of every other file, which the grader only
    lists as "ignored extra files". No shared filesystem is assumed.
 3. On the worker, `grade_on_worker` rebuilds that course and that folder in a temporary folder and
    runs the local code path, `Grader._grade`, unchanged: the same repair, the same sandbox, the
-   same nbgrader job and clean re-check. It returns the record and the autograded notebooks
+   same nbgrader job, judged. It returns the record and the autograded notebooks
    (for feedback) and deletes its folder. Workers never see the course's results/, CSV or
    gradebook.
 4. Back here, the record is validated again against the release (`records.validate_record`) and
@@ -242,7 +242,7 @@ def grade_on_worker(shared: dict, task: dict) -> dict:
             setattr(grader, name, value)
         grader.run_dir = root / "run"
         grader._base = base
-        if grader.use_worker and not grader.isolate:  # without a box: one pre-imported worker
+        if grader.use_worker:  # one pre-imported worker per Dask worker process forks the jobs
             grader._worker = job_worker.process_worker(lambda home: grade_env(course, home))
         with _ENV_LOCK:  # what the job's environment takes from this process (grade._env)
             for name, value in shared["environ"].items():

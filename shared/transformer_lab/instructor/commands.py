@@ -110,7 +110,6 @@ def grade(
     wall_seconds: float,
     cell_timeout: float | None,
     isolate: bool,
-    verify: bool,
 ) -> int:
     from .grade import grade as grade_class
     from .sandbox import GiB, Limits, SandboxUnavailable
@@ -134,7 +133,6 @@ def grade(
             students=students,
             limits=limits,
             isolate=isolate,
-            verify=verify,
         )
     except SandboxUnavailable as error:  # nothing graded: say how to get a box
         print(f"error: {error}", file=sys.stderr)

@@ -10,13 +10,13 @@ LMS download is collected into that layout first, see `collect`):
    truncated JSON -> ungradable with the reason), upgrade old nbformat, restore nbgrader metadata
    an editor stripped, note edited or deleted test cells (nbgrader puts them back from the
    gradebook).
-2. One job per student in a private course copy under a temporary folder (autograder/*.py,
-   exercises/<assignment>, a copy of a gradebook prepared once per run, the student's folder;
-   never solutions/ or another student's files), boxed by bubblewrap (`sandbox.run`; without a
-   sandbox, forked from the run's pre-imported `worker`), runs `job.run_job`:
-   `nbgrader autograde` with the per-cell timeout, then `verify.verify` (the clean re-check),
-   then the scores are read from the private gradebook; the job hands back one JSON record
-   through a pipe.
+2. One job per student (`job.run_job`, trusted code, outside any box) in a private course copy
+   under a temporary folder (autograder/*.py, exercises/<assignment>, a copy of a gradebook
+   prepared once per run, the student's folder): `nbgrader autograde` with nbgrader's Execute
+   replaced by the judge (`judge`): the student's cells run once, in a process boxed by
+   bubblewrap (`sandbox`) that sees none of the job's files, and every test cell runs in the
+   job against the student's objects; then the scores are read from the private gradebook; the
+   job hands back one JSON record through a pipe.
 3. The parent validates the record (schema, known grade ids, 0 <= score <= points from the
    released notebook) and writes it atomically to
    `<course>/autograder/work/results/<assignment>/<student>.json`; then the CSV (both formats:
@@ -47,7 +47,7 @@ import nbformat
 from . import cell_limits, identities, nbgrader_app, sandbox
 from . import worker as job_worker
 from .course import PACKAGE_REPO
-from .notebook_format import graded_cells, is_test_cell, released_notebooks
+from .notebook_format import graded_cells, released_notebooks
 from .records import (
     lesson_digest,
     load_records,
@@ -77,7 +77,6 @@ PRIVATE_FOLDERS = ("solutions", "autograder/work", "student_package", ".git")
 def _env(course: Path, home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     keep = ("PATH", "LANG", "LC_ALL", "TERM", "TZ", "VIRTUAL_ENV", "PYTHONPATH")
-    keep += ("TRANSFORMER_LAB_KERNEL_FORK",)  # "0": the usual kernel launcher (kernel_fork)
     env = {k: v for k, v in os.environ.items() if k in keep}
     env["PATH"] = os.pathsep.join(
         [str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]
@@ -113,7 +112,6 @@ class Grader:
         limits: sandbox.Limits | None = None,
         isolate: bool = True,
         quiet: bool = False,
-        verify: bool = True,
         worker: bool | None = None,
     ):
         self.course = Path(course).resolve()
@@ -126,7 +124,6 @@ class Grader:
         self.limits = limits or sandbox.Limits()
         self.isolate = isolate
         self.quiet = quiet
-        self.verify = verify  # False only for courses whose tests are not transformer_lab checks
         # one pre-imported process forks every job (`worker`); None: $TRANSFORMER_LAB_GRADING_WORKER
         self.use_worker = job_worker.switched_on(worker)
         self._worker: job_worker.Worker | None = None
@@ -208,8 +205,8 @@ class Grader:
         """Start this run's worker (its imports overlap the run's set-up); on failure every job
         starts its own interpreter and says why (`_launch`)."""
         self._worker, self._worker_problem = None, None
-        if not (self.use_worker and self.local_jobs) or self.isolate:
-            return  # a boxed job is a program of its own (`sandbox`): never forked
+        if not (self.use_worker and self.local_jobs):
+            return
         try:
             self._worker = job_worker.Worker.start(
                 _env(self.course, self.run_dir / "worker-home"), self.run_dir / "worker"
@@ -222,21 +219,21 @@ class Grader:
             self._worker.stop()
             self._worker = None
 
-    def _launch(self, command: list[str], flags: list[str], **box) -> sandbox.Result:
-        """The job in its sandbox (`sandbox.run`); without one (--no-sandbox), forked from the
-        run's worker, or (worker switched off, or unable to serve: the reason goes into the
-        flags) in an interpreter of its own."""
+    def _launch(self, command: list[str], flags: list[str], **job) -> sandbox.Result:
+        """The job (trusted code: never boxed; its student's process is), forked from the run's
+        worker, or (worker switched off, or unable to serve: the reason goes into the flags) in
+        an interpreter of its own (`sandbox.run` without the box)."""
         chosen = self._worker
         problem = self._worker_problem
         if chosen is not None:
             problem = chosen.available()
             if problem is None:
-                return chosen.run(command, **box)
+                return chosen.run(command, **job, isolate=False)
         if problem:
             flags.append(
                 f"grading worker unavailable ({problem}): the job started its own interpreter"
             )
-        return sandbox.run(command, **box)
+        return sandbox.run(command, **job, isolate=False)
 
     def base_gradebook(self) -> Path:
         """A gradebook with the assignment registered and nothing else: prepared once per
@@ -284,31 +281,25 @@ class Grader:
         floor = self.limits.cell_floor or settings.get("floor", cell_limits.FLOOR)
         factor = self.limits.cell_factor or settings.get("factor", cell_limits.FACTOR)
         budget = self.limits.cell_budget or settings.get("budget", cell_limits.BUDGET)
-        home = self.run_dir / "reference-home"
-        env = _env(self.course, home)
         try:
             times = cell_limits.reference_times(
-                self.course, self.assignment, env, say=self.say, recheck=self._recheck_times
+                self.course, self.assignment, say=self.say, measure=self._measure
             )
         except RuntimeError as error:
             self.say(f"warning: {error}; every cell gets {cell_limits.FALLBACK:g} s")
             return cell_limits.fixed(cell_limits.FALLBACK)
         return cell_limits.derive(times, floor, factor, budget)
 
-    def _recheck_times(self, notebook: Path) -> dict[str, float]:
-        """The reference solution's tests timed in the clean re-check (trusted code: here, with
-        the re-check's own child process), for `cell_limits.reference_times`."""
-        if not self.verify:
-            return {}
-        from .verify import verify
+    def _measure(self, notebook: Path) -> dict[str, float]:
+        """The reference solution timed as a student's notebook runs (`judge.time_notebook`:
+        its cells in a process of their own, its tests here; trusted code, so unboxed)."""
+        from .judge import time_notebook
 
-        workdir = self.run_dir / "reference-recheck"
-        workdir.mkdir(parents=True, exist_ok=True)
-        checked = verify(self.assignment, notebook, workdir, course=self.course, cell_timeout=None)
-        failed = sorted(gid for gid, cell in checked["cells"].items() if not cell["passed"])
+        workdir = self.run_dir / "reference"
+        times, failed = time_notebook(notebook, workdir)
         if failed:
-            self.say(f"warning: the reference solution fails its re-check in {', '.join(failed)}")
-        return checked["seconds"]
+            self.say(f"warning: the reference solution fails {', '.join(failed)}")
+        return times
 
     def _one(self, student: str, folder: Path, sha: str) -> dict:
         start = time.monotonic()
@@ -369,11 +360,14 @@ class Grader:
             self.course / "exercises" / self.assignment, course / "exercises" / self.assignment
         )
         shutil.copy(self.base_gradebook(), course / "autograder" / "work" / "gradebook.db")
-        # The clean re-check (verify) needs the hidden tests: the test cells only, no solution.
-        tests_only = course / "solutions" / self.assignment
-        tests_only.mkdir(parents=True)
-        for name, nb in self.test_cells_only().items():
-            nbformat.write(nb, tests_only / name)
+        # the box of the student's process: the course and the package read-only, and none of
+        # their private folders, the submissions, nor any job's folder (its own is bound again)
+        hide = [str(root / sub) for root in {self.course, PACKAGE_REPO} for sub in PRIVATE_FOLDERS]
+        hide += [str(self.run_dir)]
+        if not _is_ancestor(self.submissions, [self.course, PACKAGE_REPO, Path(sys.prefix)]):
+            hide.append(str(self.submissions))
+        readonly = tuple(sorted(str(p) for p in {self.course, PACKAGE_REPO}))
+        box = sandbox.Box(self.isolate, tuple(hide), readonly)
         spec = {
             "student": student,
             "assignment": self.assignment,
@@ -384,28 +378,20 @@ class Grader:
             "cell_limits": self.time_limits().to_json(),
             "wall_seconds": self.limits.wall_seconds,
             "memory_bytes": self.limits.memory_bytes,
-            "verify": self.verify,
+            "box": box.to_json(),
         }
         (job / "spec.json").write_text(json.dumps(spec))
         env = _env(course, job / "home")
-        # the box's /tmp and homes are private already; these lie in folders it shows
-        hide = [root / sub for root in {self.course, PACKAGE_REPO} for sub in PRIVATE_FOLDERS]
-        hide += [self.run_dir]
-        if not _is_ancestor(self.submissions, [self.course, PACKAGE_REPO, Path(sys.prefix)]):
-            hide.append(self.submissions)
-        result = self._launch(
+        result = self._launch(  # the job is trusted: its student's process is boxed, not it
             [sys.executable, "-m", job_worker.JOB_MODULE, "--job", str(job / "spec.json")],
             flags,
             cwd=course / "autograder",
             env=env,
             limits=self.limits,
-            hide=hide,
-            readonly=sorted({self.course, PACKAGE_REPO}),
             keep=job,
-            isolate=self.isolate,
         )
-        if result.warning:
-            flags.append(result.warning)
+        if not self.isolate:
+            flags.append(sandbox.NO_SANDBOX.format(why="--no-sandbox"))
         if result.timed_out:
             return ungradable(
                 student,
@@ -431,20 +417,11 @@ class Grader:
                 sha=sha,
                 flags=flags,
             )
-        record["flags"] = flags + record["flags"]
+        record["flags"] = flags + [f for f in record["flags"] if f not in flags]
         self._keep_autograded(course, student)
         reasons = [r for r in [*notes, record.get("reason")] if r]
         record["reason"] = "; ".join(reasons) if reasons else None
         return record
-
-    def test_cells_only(self) -> dict[str, nbformat.NotebookNode]:
-        """The source notebooks reduced to their graded test cells (hidden tests included)."""
-        result = {}
-        for path in sorted((self.course / "solutions" / self.assignment).glob("*.ipynb")):
-            nb = nbformat.read(path, as_version=4)
-            nb.cells = [c for c in nb.cells if is_test_cell(c)]
-            result[path.name] = nb
-        return result
 
     def _keep_autograded(self, job_course: Path, student: str) -> None:
         """Copy the job's autograded notebooks into the course (for feedback), only if they

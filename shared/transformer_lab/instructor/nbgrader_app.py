@@ -10,10 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -172,73 +170,34 @@ def prepare_gradebook(course: Path, assignment: str, base: Path, env: dict[str, 
     return db
 
 
-def autograde_in_job(
-    course: Path,
-    assignment: str,
-    student: str,
-    cell_timeout: float | None,
-    log,
-    timeout: float,
-    cell_limits=None,
-):
-    """`nbgrader autograde` of one student inside a grading job (Unix sockets in the job's own
-    folder: no TCP ports, so no clashes between jobs). Returns the exit code, or "timeout".
+def autograde_in_job(course: Path, assignment: str, student: str, job: Path, log) -> int:
+    """`nbgrader autograde` of one student inside a grading job, in this process, with
+    `JudgedExecute` in place of nbgrader's Execute (`job`: the job's judge settings, JSON).
+    nbgrader's log goes to `log`. Returns nbgrader's exit code."""
+    from nbgrader.apps.nbgraderapp import NbGraderApp
 
-    nbgrader runs in a fork of the job process (which imported nbgrader beforehand, see
-    `job.trusted_imports`), not in a second interpreter: its imports are paid once per job; the
-    student's kernel is in turn a fork of that process (`kernel_fork`), not a third one.
-    `cell_limits` (a `cell_limits.CellLimits`) gives each cell its own limit (nbclient's
-    `timeout_func`); without it `cell_timeout` is every cell's (None: the course's config)."""
-    args = [
-        "autograde",
-        assignment,
-        "--student",
-        student,
-        "--create",
-        "--force",
-        "--KernelManager.transport=ipc",
-        f"--KernelManager.ip={course.parent / 'k'}",
-    ]
-    if cell_timeout:
-        args.append(f"--Execute.timeout={int(cell_timeout)}")
-    log.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: nbgrader, then _exit (never back into the job's own code)
-        code = 1
+    folder = course / "autograder"
+    config = autograde_config(folder, job)
+    args = ["autograde", assignment, "--student", student, "--create", "--force"]
+    with _working_folder(folder), contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            _close_other_descriptors()  # the job's result pipe above all
-            code = _autograde_here(args, cell_limits)
-        except BaseException:  # noqa: BLE001 - whatever happened, say it in the log
-            import traceback
-
-            traceback.print_exc()
+            NbGraderApp.launch_instance(argv=args, config=config)
+        except SystemExit as stop:
+            return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         finally:
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(code)
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return "timeout"
-        time.sleep(0.05)
+            NbGraderApp.clear_instance()
+    return 0
 
 
-def _close_other_descriptors() -> None:
-    """Close every descriptor but stdin, stdout and stderr (a forked child inherits them all)."""
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
-        if int(name) > 2:
-            with contextlib.suppress(OSError):
-                os.close(int(name))
-    os.closerange(3, 1 << 16)
+@contextlib.contextmanager
+def _working_folder(folder: Path):
+    """nbgrader finds the course's configuration in its working folder."""
+    old = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(old)
 
 
 def course_config(folder: Path):
@@ -257,36 +216,33 @@ def course_config(folder: Path):
         return Config()
 
 
-def autograde_config(folder: Path, cell_limits=None):
+EXECUTE_NAMES = ("nbgrader.preprocessors.Execute", "nbgrader.preprocessors.execute.Execute")
+
+
+def autograde_config(folder: Path, job: Path):
     """The config nbgrader's app gets in a grading job (`folder`: its working folder, with the
-    course's nbgrader_config.py): the course's autograde preprocessors with the forking Execute
-    (`kernel_fork`), nbclient's wait for a cell's last outputs (60 s unless the course sets its
-    own: the default 4 s fails a whole notebook on a loaded machine), each cell's time limit."""
-    from . import kernel_fork
+    course's nbgrader_config.py): the course's autograde preprocessors with
+    `judged_execute.JudgedExecute` in place of nbgrader's Execute, told where the job's settings
+    are."""
+    from nbgrader.converters import Autograde
 
     own = course_config(folder)
     config = type(own)()
     configured = own.Autograde.get("autograde_preprocessors")
-    config.Autograde.autograde_preprocessors = kernel_fork.autograde_preprocessors(configured)
-    config.Execute.iopub_timeout = own.Execute.get("iopub_timeout", 60)
-    if cell_limits is not None:
-        config.Execute.timeout_func = cell_limits
+    if configured is None:
+        configured = Autograde.class_traits()["autograde_preprocessors"].default()
+    from .judged_execute import JudgedExecute
+
+    judged = JudgedExecute
+    config.Autograde.autograde_preprocessors = [judged if _is_execute(p) else p for p in configured]
+    config.JudgedExecute.job = str(job)
     return config
 
 
-def _autograde_here(args: list[str], cell_limits) -> int:
-    """nbgrader's command line app, in this process; returns its exit code. Its kernels are
-    forks of this (pre-imported) process (`kernel_fork`), where forking is available."""
-    from nbgrader.apps.nbgraderapp import NbGraderApp
+def _is_execute(preprocessor) -> bool:
+    from nbgrader.preprocessors import Execute
 
-    config = autograde_config(Path.cwd(), cell_limits)  # the job's autograder/ folder
-    try:
-        NbGraderApp.launch_instance(argv=args, config=config)
-    except SystemExit as stop:
-        if stop.code is None:
-            return 0
-        return stop.code if isinstance(stop.code, int) else 1
-    return 0
+    return preprocessor is Execute or preprocessor in EXECUTE_NAMES
 
 
 # ----------------------------------------------------------------------------------------------

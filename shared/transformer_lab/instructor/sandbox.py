@@ -187,6 +187,7 @@ def _python_paths() -> list[str]:
     """The Python installation the job runs (it may live under a home or /tmp, which the box
     hides): the prefixes and the folders of the interpreter and of sys.path."""
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    found.add(str(Path(__file__).resolve().parents[2]))  # this transformer_lab's own folder
     found.add(os.path.dirname(os.path.realpath(sys.executable)))
     found.update(p for p in sys.path if p and os.path.isdir(p))
     return sorted({os.path.abspath(p) for p in found} - {"/"})
@@ -240,7 +241,11 @@ def box_argv(
     if "host-home" in weaken:
         argv += ["--bind", home, home]
     writable = {str(p) for p in readonly} if "rw-course" in weaken else set()
-    binds = [p for p in dict.fromkeys([*map(str, readonly), *_python_paths()]) if os.path.isdir(p)]
+    binds = [
+        p
+        for p in dict.fromkeys([*map(str, readonly), *_python_paths()])
+        if os.path.isdir(p) and not _covers(p, ["/tmp", *privates])
+    ]
     for path in binds:
         argv += _parents(path)
         argv += ["--bind" if path in writable else "--ro-bind", path, path]
@@ -253,6 +258,13 @@ def box_argv(
         argv += ["setpriv", f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups"]
         argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
     return argv + list(command)
+
+
+def _covers(path: str, privates: list[str]) -> bool:
+    """`path` is one of the box's private folders or lies above one (binding it would show the
+    machine's own, e.g. a script's folder /tmp on sys.path)."""
+    path = path.rstrip("/") or "/"
+    return any(q == path or q.startswith(path + "/") or path == "/" for q in privates)
 
 
 def _parents(path: str) -> list[str]:
@@ -271,12 +283,22 @@ def _set_limits(limits: Limits, processes: int | None = None) -> None:
     except (OSError, AttributeError):
         pass
     cpu = int(limits.cpu_seconds or 2 * limits.wall_seconds + 60)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+    _lower(resource.RLIMIT_CORE, 0, 0)
+    _lower(resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes)
+    _lower(resource.RLIMIT_CPU, cpu, cpu + 5)
+    _lower(resource.RLIMIT_FSIZE, limits.file_bytes, limits.file_bytes)
     if processes is not None:
-        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+        _lower(resource.RLIMIT_NPROC, processes, processes)
+
+
+def _lower(which: int, soft: int, hard: int) -> None:
+    """Set a limit, never above what this process may already use (a job's student process
+    inherits the job's limits: it may only get tighter ones)."""
+    _, current = resource.getrlimit(which)
+    if current != resource.RLIM_INFINITY:
+        soft = current if soft == resource.RLIM_INFINITY else min(soft, current)
+        hard = current if hard == resource.RLIM_INFINITY else min(hard, current)
+    resource.setrlimit(which, (min(soft, hard), hard))
 
 
 def _process_cap(ids) -> int:
@@ -306,6 +328,79 @@ def isolation(isolate: bool = True) -> tuple[bool, str | None]:
     return False, NO_SANDBOX.format(why=why)
 
 
+@dataclasses.dataclass(frozen=True)
+class Box:
+    """Where a student's process runs: in a box (`isolate`; see the module docstring) or, only
+    on an explicit --no-sandbox, unboxed with the rlimits alone; `hide`: folders covered by empty
+    tmpfs; `readonly`: folders bound read-only again on top of the private homes. Travels in the
+    grading job's spec as JSON."""
+
+    isolate: bool = True
+    hide: tuple[str, ...] = ()
+    readonly: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"isolate": self.isolate, "hide": list(self.hide), "readonly": list(self.readonly)}
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> Box:
+        data = data or {}
+        return cls(
+            bool(data.get("isolate", True)),
+            tuple(map(str, data.get("hide", ()))),
+            tuple(map(str, data.get("readonly", ()))),
+        )
+
+
+def popen(
+    command: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    box: Box,
+    keep: Path,
+    pass_fds=(),
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+    weaken=frozenset(),
+) -> tuple[subprocess.Popen, str | None]:
+    """Start `command` in `box` with the rlimits of `limits` (address space, CPU time, file
+    size, processes, no core dumps), in a session of its own; `keep` is its own folder (visible
+    and writable). Returns (the process, the warning to record when it is not boxed). Raises
+    SandboxUnavailable on Linux when a box was asked for and bubblewrap cannot make it.
+    `weaken`: the escape tests' mutants only."""
+    isolated, warning = isolation(box.isolate)
+    weaken = frozenset(weaken)
+    ids, argv = None, list(command)
+    if isolated:
+        ids = None if "root" in weaken else box_ids()
+        argv = box_argv(
+            command,
+            cwd=cwd,
+            keep=keep,
+            ids=ids,
+            hide=box.hide,
+            readonly=box.readonly,
+            weaken=weaken,
+        )
+        if ids is not None:
+            _give(keep, ids)
+    processes = None if "no-nproc" in weaken or not isolated else _process_cap(ids)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+        preexec_fn=functools.partial(_set_limits, limits, processes),
+        pass_fds=tuple(pass_fds),
+    )
+    return proc, warning
+
+
 def run(
     command: list[str],
     *,
@@ -318,40 +413,35 @@ def run(
     isolate: bool = True,
     weaken=frozenset(),
 ) -> Result:
-    """Run `command` boxed. `keep` is the job's own folder (stays visible and writable); `hide`
-    are covered by empty tmpfs; `readonly` (the course, the package's repository) are bound
-    read-only again on top of the private homes. `weaken`: the escape tests' mutants only.
+    """Run `command` (`popen`: boxed unless `isolate` is False) to its end or to the wall-clock
+    cap of `limits`, which kills its whole session. `keep` is its own folder (stays visible and
+    writable); `hide` are covered by empty tmpfs; `readonly` (the course, the package's
+    repository) are bound read-only again on top of the private homes. `weaken`: the escape
+    tests' mutants only.
 
-    The job may write one result (bytes) to the pipe whose descriptor is in
+    The command may write one result (bytes) to the pipe whose descriptor is in
     $TRANSFORMER_LAB_RESULT_FD; nothing else it writes is trusted.
     """
-    isolated, warning = isolation(isolate)
-    weaken = frozenset(weaken)
-    ids, argv = None, list(command)
-    if isolated:
-        ids = None if "root" in weaken else box_ids()
-        argv = box_argv(
-            command, cwd=cwd, keep=keep, ids=ids, hide=hide, readonly=readonly, weaken=weaken
-        )
-    processes = None if "no-nproc" in weaken or not isolated else _process_cap(ids)
+    box = Box(isolate, tuple(map(str, hide)), tuple(map(str, readonly)))
     read_fd, write_fd = os.pipe()
     env = dict(env, TRANSFORMER_LAB_RESULT_FD=str(write_fd))
     start = time.monotonic()
     with open(keep / ".stdout", "w+b") as out, open(keep / ".stderr", "w+b") as err:
-        if ids is not None:
-            _give(keep, ids)
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            preexec_fn=functools.partial(_set_limits, limits, processes),
-            pass_fds=(write_fd,),
-        )
-        os.close(write_fd)
+        try:
+            proc, warning = popen(
+                command,
+                cwd=cwd,
+                env=env,
+                limits=limits,
+                box=box,
+                keep=keep,
+                pass_fds=(write_fd,),
+                stdout=out,
+                stderr=err,
+                weaken=weaken,
+            )
+        finally:
+            os.close(write_fd)
         os.set_blocking(read_fd, False)
         chunks, timed_out = [], False
         deadline = start + limits.wall_seconds
@@ -375,7 +465,7 @@ def run(
         stdout=stdout,
         stderr=stderr,
         record=b"".join(chunks),
-        isolated=isolated,
+        isolated=box.isolate and warning is None,
         warning=warning,
     )
 

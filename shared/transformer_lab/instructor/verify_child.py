@@ -1,5 +1,6 @@
-"""The re-check's child process: runs the student's cells like nbgrader, then answers the
-parent's describe/getattr/call/backward requests.
+"""The student's process: runs the student's cells like nbgrader's kernel would (those the spec
+names at its start, then each batch the judge sends with a "run" request, outputs captured), and
+answers the judge's describe/getattr/call/backward requests in between.
 
     python -I -m transformer_lab.instructor.verify_child --child FD_IN FD_OUT CELLS.json
 
@@ -11,10 +12,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import json
 import os
+import resource
 import signal
 import sys
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,45 +47,131 @@ class _IPython:
         return lambda *a, **k: None
 
 
+def _display(*objects, **_):
+    """IPython's `display`, as plain text (the grader keeps text outputs only)."""
+    for obj in objects:
+        print(repr(obj))
+
+
 CELL_TIMED_OUT = "TimeoutError: the cell ran longer than "  # a cell's error at its limit
+OUTPUT_CAP = 20_000  # characters of a cell's stdout (and of its stderr) that are kept
+
+
+class _Capped(io.TextIOBase):
+    """A cell's stdout or stderr: the first OUTPUT_CAP characters, then a note."""
+
+    def __init__(self):
+        self.parts: list[str] = []
+        self.size = 0
+        self.cut = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        text = str(text)
+        room = OUTPUT_CAP - self.size
+        if room > 0:
+            self.parts.append(text[:room])
+            self.size += min(len(text), room)
+        self.cut = self.cut or len(text) > room
+        return len(text)
+
+    def text(self) -> str:
+        return "".join(self.parts) + ("\n[output cut]\n" if self.cut else "")
+
+
+class Cells:
+    """The student's namespace, and the cells run in it like nbgrader's kernel would (a cell's
+    error is recorded and the next runs), each under its time limit: a cell is [index, source],
+    [index, source, limit] or [index, source, limit, short limit], and the notebook's timeout
+    budget (`cell_limits.TimeoutBudget`, kept across runs) decides between the two."""
+
+    def __init__(self, spec: dict):
+        self.ns = {
+            "__name__": "__main__",
+            "__builtins__": builtins,
+            "get_ipython": lambda: _IPython(),
+            "display": _display,
+        }
+        self.budget = TimeoutBudget.from_json(spec.get("budget"))
+        self.cell_timeout = spec.get("cell_timeout")
+        self.limit = self.cell_timeout
+
+    def _alarm(self, signum, frame):
+        raise TimeoutError(f"the cell ran longer than {self.limit:g} s")
+
+    def run(self, cells: list, capture: bool = False) -> tuple[dict, dict]:
+        """Run `cells`; returns ({index: error}, {index: {"stdout", "stderr", "error",
+        "traceback", "seconds"}} when `capture`, else {})."""
+        errors, outputs = {}, {}
+        signal.signal(signal.SIGALRM, self._alarm)
+        for index, src, *own in cells:
+            full = own[0] if own and own[0] else self.cell_timeout
+            short = own[1] if len(own) > 1 and own[1] else full
+            self.limit = self.budget.limit(full, short) if full else full
+            out, err, failure = _Capped(), _Capped(), None
+            started = time.monotonic()
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    if self.limit:
+                        signal.setitimer(signal.ITIMER_REAL, float(self.limit))
+                    try:
+                        exec(compile(src, f"<cell {index + 1}>", "exec"), self.ns)  # noqa: S102
+                    finally:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+            except BaseException as error:  # noqa: BLE001
+                failure = error
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            seconds = time.monotonic() - started
+            if failure is not None:
+                errors[str(index)] = _describe(failure)
+            if errors.get(str(index), "").startswith(CELL_TIMED_OUT):
+                self.budget.charge(str(index), self.limit)
+            if capture:
+                outputs[str(index)] = {
+                    "stdout": out.text(),
+                    "stderr": err.text(),
+                    "error": _error_output(failure) if failure is not None else None,
+                    "seconds": round(seconds, 4),
+                }
+        with contextlib.suppress(Exception):
+            import matplotlib.pyplot as plt
+
+            plt.close("all")
+        return errors, outputs
+
+
+def _describe(error: BaseException) -> str:
+    try:
+        return f"{type(error).__name__}: {error}"[:MAX_TEXT]
+    except BaseException:  # noqa: BLE001
+        return "an error"
+
+
+def _error_output(error: BaseException) -> dict:
+    """A cell's error as nbformat's error output wants it: name, value, the traceback's lines
+    from the student's own cells only."""
+    try:
+        frames = [
+            f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<cell ")
+        ]
+        lines = traceback.format_list(frames) + traceback.format_exception_only(error)
+        return {
+            "ename": type(error).__name__[:200],
+            "evalue": str(error)[:MAX_TEXT],
+            "traceback": ["Traceback (most recent call last):", *lines][-40:],
+        }
+    except BaseException:  # noqa: BLE001
+        return {"ename": "Error", "evalue": "an error", "traceback": []}
 
 
 def run_cells(spec: dict) -> tuple[dict, dict]:
-    """The student's cells, in order, like nbgrader (a cell's error is recorded and the next
-    runs), each under its time limit: a cell is [index, source], [index, source, limit] or
-    [index, source, limit, short limit], and the spec's "budget" (`cell_limits.TimeoutBudget`)
-    decides between the two. Returns (the namespace, {index: error})."""
-    ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": lambda: _IPython()}
-    errors = {}
-    budget = TimeoutBudget.from_json(spec.get("budget"))
-    limit = [spec.get("cell_timeout")]
-
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"the cell ran longer than {limit[0]:g} s")
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    for index, src, *own in spec["cells"]:
-        full = own[0] if own and own[0] else spec.get("cell_timeout")
-        short = own[1] if len(own) > 1 and own[1] else full
-        limit[0] = budget.limit(full, short) if full else full
-        try:
-            if limit[0]:
-                signal.setitimer(signal.ITIMER_REAL, float(limit[0]))
-            exec(compile(src, f"<cell {index + 1}>", "exec"), ns)  # noqa: S102
-        except BaseException as err:  # noqa: BLE001
-            try:
-                errors[str(index)] = f"{type(err).__name__}: {err}"[:MAX_TEXT]
-            except BaseException:  # noqa: BLE001
-                errors[str(index)] = "an error"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if errors.get(str(index), "").startswith(CELL_TIMED_OUT):
-            budget.charge(str(index), limit[0])
-    with contextlib.suppress(Exception):
-        import matplotlib.pyplot as plt
-
-        plt.close("all")
-    return ns, errors
+    """The spec's cells in a fresh namespace (`Cells`): (the namespace, {index: error})."""
+    cells = Cells(spec)
+    errors, _ = cells.run(spec["cells"])
+    return cells.ns, errors
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,8 +182,9 @@ class Answers:
     """The child's side of the requests: objects stay here (the parent holds handles), only
     plain data and tensors go back."""
 
-    def __init__(self, ns: dict, trusted: Trusted, torch, forbid: Callable):
-        self.ns, self.trusted, self.torch, self.forbid = ns, trusted, torch, forbid
+    def __init__(self, cells: Cells, trusted: Trusted, torch, forbid: Callable):
+        self.cells, self.ns = cells, cells.ns
+        self.trusted, self.torch, self.forbid = trusted, torch, forbid
         self.functional_call = torch.func.functional_call
         self.instances: dict[int, object] = {}
         self.registry: dict[int, object] = {}
@@ -167,6 +259,16 @@ class Answers:
     # -- requests -------------------------------------------------------------------------------
     def handle(self, req: dict) -> dict:
         op = req.get("op")
+        if op == "usage":  # CPU seconds of this process and what it reaped (for the record)
+            me, kids = (
+                resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+            )
+            return {"cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime}
+        if op == "run":  # the student's next cells, their outputs captured
+            if req.get("budget") is not None:  # the judge's, charged by the tests too
+                self.cells.budget = TimeoutBudget.from_json(req["budget"])
+            errors, outputs = self.cells.run(req["cells"], capture=True)
+            return {"cell_errors": errors, "outputs": outputs}
         if op == "describe":
             return self.describe(req["name"])
         if op == "getattr":
@@ -343,9 +445,10 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
     def send(obj):
         write(fd_out, pack(obj))
 
-    ns, errors = run_cells(spec)
+    cells = Cells(spec)
+    errors, _ = cells.run(spec["cells"])
     send({"op": "ready", "cell_errors": errors})
-    answers = Answers(ns, trusted, torch, forbid)
+    answers = Answers(cells, trusted, torch, forbid)
     while True:
         try:
             data = read_message(fd_in, None, limit=1 << 34)

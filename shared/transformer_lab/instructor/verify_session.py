@@ -1,11 +1,12 @@
-"""The parent's side of one child process: starting it on the student's cells, sending requests
-(describe a name, call, backward) and checking every reply."""
+"""The judge's side of one student process (`verify_child`): starting it in its box, sending it
+the student's cells to run and requests (describe a name, call, backward), checking every reply."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -37,127 +38,32 @@ from .verify_wire import (
 )
 
 
-def _child_env() -> dict:
+def _child_env(workdir: Path) -> dict:
+    """The student's process's environment: grading mode, quick mode, its own folder as home."""
     from .sandbox import GRADING_ENV
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "JPY_"))}
     env.update(GRADING_ENV, TRANSFORMER_LAB_QUICK="1")
+    env.update(
+        HOME=str(workdir),
+        MPLCONFIGDIR=str(workdir / ".matplotlib"),
+        IPYTHONDIR=str(workdir / ".ipython"),
+        TRANSFORMER_LAB_STUDENT_DIR=str(workdir / "student_package"),
+    )
     return env
 
 
+# The student's process: an isolated interpreter (-I: no PYTHON* variables, no user site, not
+# its working folder on the path) that imports the judge's own copy of transformer_lab.
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+CHILD_MAIN = (
+    f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r}); "
+    "from transformer_lab.instructor.verify_child import child_main; "
+    "child_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])"
+)
+GRACE = 2.0  # seconds a student's process gets to leave once its pipes are closed
 PER_TEST = " (this test ran past the per-cell time limit of {limit:g} s: an endless loop?)"
 MAX_RESTARTS = 3  # fresh children after a test timed out, per notebook
-
-
-class Forked:
-    """A child made by `os.fork` with the part of `subprocess.Popen` that Session uses."""
-
-    def __init__(self, pid: int):
-        self.pid, self.returncode = pid, None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                self.returncode = -signal.SIGKILL
-                return self.returncode
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        end = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if end is not None and time.monotonic() > end:
-                raise subprocess.TimeoutExpired(f"child {self.pid}", timeout)
-            time.sleep(0.01)
-        return self.returncode
-
-
-GO = b"\x01"  # the first byte a forked child waits for before it runs the student's cells
-
-
-class Spawner:
-    """Children forked from this process (which imported torch and the checks once) instead of
-    a `python -I` each; all of them forked at once, before the judge runs any test, each then
-    waiting for GO. A child: its own session, stdin/stdout/stderr on /dev/null, every other
-    descriptor closed (the job's result pipe above all), the memory and core limits, the
-    re-check environment, the work folder as its working directory."""
-
-    def __init__(self, workdir: Path, memory: int | None, count: int):
-        self.ready: list[tuple[Forked, int, int]] = []
-        for _ in range(count):
-            to_child_r, to_child_w = os.pipe()
-            from_child_r, from_child_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                _forked_child(to_child_r, from_child_w, workdir, memory)  # never returns
-            os.close(to_child_r)
-            os.close(from_child_w)
-            self.ready.append((Forked(pid), to_child_w, from_child_r))
-
-    def take(self, cells_file: Path) -> tuple[Forked, int, int]:
-        if not self.ready:
-            raise ChildGone("no child left to start")
-        proc, to_child, from_child = self.ready.pop(0)
-        try:
-            os.write(to_child, GO)
-        except OSError:
-            pass  # the child is gone: the first read says so
-        return proc, to_child, from_child
-
-    def close(self) -> None:
-        """End the children never used."""
-        for proc, to_child, from_child in self.ready:
-            for fd in (to_child, from_child):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        self.ready = []
-
-
-def _forked_child(fd_in: int, fd_out: int, workdir: Path, memory: int | None) -> None:
-    """The forked child: become a clean re-check child, wait for GO, then `child_main`."""
-    code = 1
-    try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        keep = {0, 1, 2, fd_in, fd_out}
-        for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
-            if int(name) not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(int(name))
-        if not os.path.isdir("/proc/self/fd"):
-            os.closerange(3, min(fd_in, fd_out))
-            os.closerange(max(fd_in, fd_out) + 1, 1 << 16)
-            os.closerange(min(fd_in, fd_out) + 1, max(fd_in, fd_out))
-        import resource
-
-        if memory:
-            with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        os.chdir(workdir)
-        env = _child_env()
-        os.environ.clear()
-        os.environ.update(env)
-        if os.read(fd_in, 1) != GO:  # the judge closed the pipe: not needed
-            os._exit(0)
-        from .verify_child import child_main
-
-        child_main(fd_in, fd_out, str(Path(workdir) / "verify_cells.json"))
-        code = 0
-    except BaseException:  # noqa: BLE001 - the parent sees the exit code
-        code = 1
-    finally:
-        os._exit(code)
 
 
 class Session:
@@ -170,9 +76,12 @@ class Session:
         deadline: float,
         memory: int | None,
         cell_timeout,
-        spawn: Spawner | None = None,
+        box=None,
         budget: dict | None = None,
     ):
+        """Start the student's process in `workdir` (its own folder) and run `cells` there (a
+        replay: their outputs are not kept). `box`: a `sandbox.Box` (None: unboxed, for trusted
+        code such as the reference solution); `memory`: its address-space limit in bytes."""
         self.deadline = deadline
         self.timeout_reason = ""  # PER_TEST while a test cell runs under its own time limit
         self.flags: list[str] = []
@@ -180,6 +89,8 @@ class Session:
         self.dead: str | None = None
         self.cell_errors: dict[int, str] = {}
         self.preloaded = set(sys.modules)
+        self.warning: str | None = None  # the sandbox's, when the process is not boxed
+        self.cpu = 0.0  # CPU seconds the process reported when it was closed
         # Tensors sent with requires_grad, by id, so that an output of a later call (a KV cache
         # holding earlier chunks) differentiates back to the tensors of earlier calls too.
         self.leaves: list[tuple[torch.Tensor, int]] = []
@@ -188,73 +99,93 @@ class Session:
         cells_file = workdir / "verify_cells.json"
         spec = {"cells": cells, "cell_timeout": cell_timeout, "budget": budget}
         cells_file.write_text(json.dumps(spec))
-        if spawn is not None:
-            self.proc, self._to_child, self._from_child = spawn.take(cells_file)
-        else:
-            self._popen(workdir, memory, cells_file)
+        self._popen(workdir, memory, cells_file, box)
         try:
             ready = self._receive()
-            errors = ready.get("cell_errors", {})
-            if not isinstance(errors, dict):
-                raise ChildGone("sent a malformed reply")
-            self.cell_errors = {int(k): str(v)[:MAX_TEXT] for k, v in errors.items()}
+            self.cell_errors = self._errors(ready)
         except ChildGone as err:
             self.dead = f"running the notebook's cells failed: {err}"
+
+    def _errors(self, reply: dict) -> dict[int, str]:
+        errors = reply.get("cell_errors", {})
+        if not isinstance(errors, dict):
+            raise self.gone("sent a malformed reply")
+        return {int(k): str(v)[:MAX_TEXT] for k, v in errors.items()}
+
+    def run(self, cells: list, deadline: float, budget: dict | None = None) -> dict[int, dict]:
+        """Run the student's next `cells` ([index, source, full limit, short limit] each), with
+        the notebook's timeout budget so far (`cell_limits.TimeoutBudget`), and return {index:
+        {"stdout", "stderr", "error", "seconds"}}; waits until `deadline` at most (then the
+        process is ended: ChildGone)."""
+        if self.dead:
+            raise ChildGone(self.dead)
+        self.deadline = deadline
+        self.timeout_reason = ""
+        try:
+            write_message(
+                self._to_child, pack_request({"op": "run", "cells": cells, "budget": budget})
+            )
+        except OSError:
+            raise self.gone("ended") from None
+        reply = self._receive()
+        self.cell_errors.update(self._errors(reply))
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, dict):
+            raise self.gone("sent a malformed reply")
+        return {int(k): _cell_output(v) for k, v in outputs.items()}
 
     @property
     def test_timed_out(self) -> bool:
         """The child was given up because a test ran past its own time limit."""
         return bool(self.dead and "ran past the per-cell time limit" in self.dead)
 
-    def _popen(self, workdir: Path, memory: int | None, cells_file: Path) -> None:
+    def _popen(self, workdir: Path, memory: int | None, cells_file: Path, box) -> None:
+        from .sandbox import Box, Limits, popen
+
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
-
-        def limits():  # runs in the child before exec
-            import resource
-
-            if memory:
-                with contextlib.suppress(ValueError, OSError):
-                    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-            with contextlib.suppress(ValueError, OSError):
-                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-        cmd = [
-            sys.executable,
-            "-I",
-            "-m",
-            "transformer_lab.instructor.verify_child",
-            "--child",
-            str(to_child_r),
-            str(from_child_w),
-            str(cells_file),
-        ]
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=workdir,
-            env=_child_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=(to_child_r, from_child_w),
-            start_new_session=True,
-            preexec_fn=limits,
-        )
-        os.close(to_child_r)
-        os.close(from_child_w)
+        cmd = [sys.executable, "-I", "-c", CHILD_MAIN, str(to_child_r), str(from_child_w)]
+        cmd.append(str(cells_file))
+        limits = Limits(memory_bytes=memory or resource.RLIM_INFINITY)
+        try:
+            self.proc, self.warning = popen(
+                cmd,
+                cwd=workdir,
+                env=_child_env(workdir),
+                limits=limits,
+                box=box if box is not None else Box(isolate=False),
+                keep=workdir,
+                pass_fds=(to_child_r, from_child_w),
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        if box is None:
+            self.warning = None  # trusted code, unboxed on purpose
 
     # -- transport ----------------------------------------------------------------------------
     def close(self) -> None:
+        """End the student's process: asked what CPU time it used (`cpu`), its pipes closed, it
+        leaves by itself; what is still there a moment later is killed."""
+        if not self.dead and self.proc.poll() is None:
+            self.deadline = time.monotonic() + GRACE
+            with contextlib.suppress(ChildGone, VerifyError):
+                used = self.request({"op": "usage"}).get("cpu")
+                self.cpu = float(used) if isinstance(used, int | float) else 0.0
+        for fd in (self._to_child, self._from_child):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.proc.poll() is None and not self.dead:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=GRACE)
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
-        for fd in (self._to_child, self._from_child):
-            with contextlib.suppress(OSError):
-                os.close(fd)
 
     def gone(self, why: str) -> ChildGone:
+        self.dead = f"the student's process {why}"  # no grace: it is ended at once
         self.close()
         code = self.proc.returncode
         if why == "ended" and code is not None:
@@ -263,7 +194,7 @@ class Session:
                 if code >= 0
                 else f"was killed by signal {-code} ({signal.Signals(-code).name})"
             )
-        self.dead = f"the clean re-check process {why}"
+        self.dead = f"the student's process {why}"
         return ChildGone(self.dead)
 
     def _receive(self) -> dict:
@@ -413,3 +344,29 @@ class Session:
                 raise self.gone("sent malformed gradients")
             result.append(g.to(device=t.device, dtype=t.dtype))
         return result
+
+
+def _cell_output(data) -> dict:
+    """One cell's outputs as the student's process reported them, checked: plain strings."""
+    if not isinstance(data, dict):
+        return {"stdout": "", "stderr": "", "error": None, "seconds": 0.0}
+    error = data.get("error")
+    if isinstance(error, dict):
+        trace = error.get("traceback")
+        error = {
+            "ename": str(error.get("ename", "Error"))[:200],
+            "evalue": str(error.get("evalue", ""))[:MAX_TEXT],
+            "traceback": [str(line) for line in trace][:60] if isinstance(trace, list) else [],
+        }
+    else:
+        error = None
+    seconds = data.get("seconds")
+    return {
+        "stdout": str(data.get("stdout", ""))[:MAX_OUTPUT],
+        "stderr": str(data.get("stderr", ""))[:MAX_OUTPUT],
+        "error": error,
+        "seconds": float(seconds) if isinstance(seconds, int | float) else 0.0,
+    }
+
+
+MAX_OUTPUT = 25_000  # characters of a cell's stdout or stderr the judge accepts

@@ -1,4 +1,4 @@
-"""One pre-imported grading worker per run, for grading without a sandbox: it forks the jobs.
+"""One pre-imported grading worker per run: it forks the grading jobs.
 
 Why: a job started as `python -m transformer_lab.instructor.job` pays the interpreter's start and
 `job.trusted_imports` (torch, nbgrader, the checks: about 2.5-2.8 CPU s) for every notebook
@@ -12,9 +12,8 @@ worker process (`process_worker`), then for each job forks a child that becomes 
   its result pipe (fd 3, as $TRANSFORMER_LAB_RESULT_FD): the worker's control socket never reaches
   a job. The child never returns into the worker's loop (it ends with os._exit).
 
-A forked job is never boxed: the box (`sandbox`, bubblewrap) runs a program of its own, so with
-the sandbox on (the default) `Grader` starts every job with `sandbox.run` and no worker. The worker
-serves `--no-sandbox` runs (flagged in every record), where it saves the imports.
+A job is trusted code and is never boxed: it never runs a line of the student's code, which runs
+in a boxed interpreter of its own that the job's judge starts (`judge`, `sandbox`).
 
 The worker itself never runs student code: it only imports what `job.trusted_imports` imports (a
 job imports all of it before any student code runs anyway) and forks. It is single-threaded
@@ -167,10 +166,11 @@ class Worker:
         isolate: bool = False,
     ) -> sandbox.Result:
         """`sandbox.run` without the box, with the job forked from this worker instead of a new
-        interpreter: a bubblewrap box runs a program of its own, so a boxed job never comes
-        from here (`Grader` uses the worker only with --no-sandbox)."""
+        interpreter (a job is never boxed: its student's process is)."""
         if isolate:
-            raise ValueError("a job forked from the worker cannot be boxed: use sandbox.run")
+            raise ValueError(
+                "a job forked from the worker is never boxed (its student's process is)"
+            )
         isolated, warning = sandbox.isolation(False)
         job_id = next(self._ids)
         replies: queue.Queue = queue.Queue()

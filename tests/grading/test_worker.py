@@ -279,17 +279,6 @@ def test_import_time_state_follows_the_job(tmp_path_factory, tmp_path):
     assert _environment_problems(seen, job_dir) == []
 
 
-def test_a_child_keeping_matplotlibs_folders_fails_the_environment_check(tmp_path, monkeypatch):
-    """The mutant: matplotlib's memoized folders not forgotten (the job writes its font cache,
-    reads its styles, from the worker's folder)."""
-    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "workers-mpl"))
-    monkeypatch.setattr(worker, "_matplotlib_follows_the_job", lambda: None)
-    with forked_worker() as broken:
-        seen, job_dir = _environment_seen(broken, tmp_path)
-    problems = _environment_problems(seen, job_dir)
-    assert problems and all(p.startswith("mpl ") for p in problems), problems
-
-
 def test_a_child_keeping_the_workers_environment_fails_the_environment_check(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", "/var/tmp")
     monkeypatch.setattr(worker, "_as_job_environment", lambda env: None)

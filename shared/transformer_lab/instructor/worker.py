@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import itertools
 import json
 import os
@@ -275,7 +274,7 @@ def main(control_fd: int) -> None:
     try:
         from . import job
 
-        job.trusted_imports()  # pyplot too: each job then forgets its folders (_reset_...)
+        job.trusted_imports()
     except Exception as error:  # noqa: BLE001 - the grader falls back and says why
         problem = f"the grading worker could not import what a job needs: {error!r}"[:300]
     _reply(sock, {"ready": True, "problem": problem})
@@ -408,7 +407,7 @@ def _reset_import_time_state() -> None:
     """Forget what the worker derived from its own environment and folder before the job's.
 
     Checked for everything the worker imports (nbgrader, nbconvert, jupyter_core/_client,
-    traitlets, torch, matplotlib's pyplot, transformer_lab and its checks): HOME, JUPYTER_*,
+    traitlets, torch, transformer_lab and its checks; not matplotlib): HOME, JUPYTER_*,
     IPYTHONDIR, TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read
     when called, not at import (IPython's folder too). Read at import, and the same in the
     worker's environment as in every job's (both from `grade._env`, i.e.
@@ -417,28 +416,6 @@ def _reset_import_time_state() -> None:
     tests/grading/test_worker.py::test_import_time_state_follows_the_job checks the lot."""
     tempfile.tempdir = None  # gettempdir() caches $TMPDIR
     sys.path_importer_cache.clear()  # finders of the worker's own folders
-    _matplotlib_follows_the_job()
-
-
-def _matplotlib_follows_the_job() -> None:
-    """matplotlib memoizes its config and cache folders (from MPLCONFIGDIR) on first use, and
-    derives the style library's and TeX cache's folders from them at import: all the worker's.
-    Forget them, so that the job's own folder is used (a font cache it rebuilds, a style it
-    reloads). The fonts and rc settings the worker loaded stay: both came from an empty folder
-    of the worker's own and the same MPLBACKEND, as they would from the job's fresh one."""
-    mpl = sys.modules.get("matplotlib")
-    if mpl is None:
-        return
-    for name in ("get_configdir", "get_cachedir"):
-        memoized = getattr(mpl, name)
-        setattr(mpl, name, functools.cache(getattr(memoized, "__wrapped__", memoized)))
-    for module in ("matplotlib.style", "matplotlib.style.core"):  # where 3.11 / 3.7-3.10 keep it
-        paths = getattr(sys.modules.get(module), "USER_LIBRARY_PATHS", None)
-        if isinstance(paths, list):  # one list, re-exported: changed in place
-            paths[:] = [os.path.join(mpl.get_configdir(), "stylelib")]
-    tex = sys.modules.get("matplotlib.texmanager")
-    if tex is not None and hasattr(tex.TexManager, "_cache_dir"):
-        tex.TexManager._cache_dir = Path(mpl.get_cachedir(), "tex.cache")
 
 
 def _run_command(command: list[str]) -> int:

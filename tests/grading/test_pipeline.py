@@ -159,6 +159,25 @@ def test_deleted_or_stripped_test_cells_and_warnings_cost_nothing(graded, course
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
+def test_the_judge_gives_solutions_every_test_and_untouched_exercises_none(lesson, tmp_path):
+    """Grading's own execution (`judge`: the student's cells in their process, the tests in the
+    judge) agrees with nbgrader's in-kernel run above on every lesson."""
+    from transformer_lab.instructor.verify import verify
+
+    def passed(folder: str) -> set[str]:
+        notebook = REPO / folder / lesson / f"{lesson}.ipynb"
+        result = verify(lesson, notebook, tmp_path / folder, course=REPO, timeout=900)
+        return {gid for gid, cell in result["cells"].items() if cell["passed"]}, set(
+            result["cells"]
+        )
+
+    solved, tests = passed("solutions")
+    untouched, _ = passed("exercises")
+    assert tests and solved == tests, tests - solved
+    assert untouched == set(), untouched
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
 def test_solution_notebooks_run_without_error_when_graded(graded, course, lesson):
     path = course / f"autograder/work/autograded/solution/{lesson}/{lesson}.ipynb"
     nb = nbformat.read(path, as_version=4)

@@ -164,7 +164,7 @@ def test_the_judge_gives_solutions_every_test_and_untouched_exercises_none(lesso
     judge) agrees with nbgrader's in-kernel run above on every lesson."""
     from transformer_lab.instructor.verify import verify
 
-    def passed(folder: str) -> set[str]:
+    def passed(folder: str) -> tuple[set[str], set[str]]:
         notebook = REPO / folder / lesson / f"{lesson}.ipynb"
         result = verify(lesson, notebook, tmp_path / folder, course=REPO, timeout=900)
         return {gid for gid, cell in result["cells"].items() if cell["passed"]}, set(

@@ -59,16 +59,16 @@ test: $(STAMP)
 	@command -v bwrap >/dev/null || { echo "make test grades hostile notebooks in a bubblewrap box:" \
 	  "install it first (Debian/Ubuntu: sudo apt-get install bubblewrap; .ci/run does)" >&2; exit 1; }
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
+	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
+	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 
 format: $(STAMP)
-	$(PY) -m ruff format shared tests benchmarks autograder
+	$(PY) -m ruff format shared tests benchmarks autograder book
 	$(PY) -m ruff check --fix .
 
 # Colab badges, links and setup cells first (from pyproject's [project.urls]), then nbgrader.

@@ -6,6 +6,8 @@
 - after each cell that calls ``interact(``, a note links to the notebook in Colab, where the
   widget moves (the page shows its initial state: book/kernel_startup.py);
 - the README, the landing page, gets the book's table of contents (hidden: the sidebar shows it);
+- a relative link to a repository file that is not a page of the book (CONTRIBUTING.md,
+  autograder/nbgrader_config.py, ...) opens that file on GitHub instead;
 - a figure without alt text from its cell (``mystnb.image.alt``) gets the one its PNG carries
   (made from the figure's titles by book/kernel_startup.py).
 """
@@ -13,7 +15,10 @@
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from docutils import nodes
@@ -37,6 +42,8 @@ TOC = """
 {pattern}
 ```
 """
+# a markdown link or image target that is a relative path: [text](target#anchor)
+_RELATIVE = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:|[#/])(?P<path>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
 CONTENTS = [
     ("Lectures", "lectures/*"),
     ("Exercises", "exercises/*/*"),
@@ -44,7 +51,27 @@ CONTENTS = [
 ]
 
 
-def notebook_for_book(text: str, info: dict, rel: str) -> str:
+def outside_links(
+    text: str, info: dict, rel: str, in_book: Callable[[str], bool], root: Path = BOOK.parent
+) -> str:
+    """Markdown whose relative links to repository files that are not book pages open on GitHub;
+    `rel` is the document's path from the root; `in_book(path)` says whether a path is a page."""
+    base = posixpath.dirname(rel)
+
+    def replace(match: re.Match) -> str:
+        path = posixpath.normpath(posixpath.join(base, match["path"]))
+        if path.startswith("../") or in_book(path) or not (root / path).exists():
+            return match[0]
+        kind = "tree" if (root / path).is_dir() else "blob"
+        url = f"{info['repository']}/{kind}/{info['branch']}/{path}{match['anchor'] or ''}"
+        return f"]({url})"
+
+    return _RELATIVE.sub(replace, text)
+
+
+def notebook_for_book(
+    text: str, info: dict, rel: str, in_book: Callable[[str], bool] = lambda path: True
+) -> str:
     """A notebook's JSON text as the book shows it (see the module docstring)."""
     nb = json.loads(text)
     cells = []
@@ -52,6 +79,7 @@ def notebook_for_book(text: str, info: dict, rel: str) -> str:
         cells.append(cell)
         source = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
+            source = outside_links(source, info, rel, in_book)
             cell["source"] = source.replace(BADGE_IMAGE, LOCAL_BADGE)
         elif cell.get("id") == SETUP_ID:
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
@@ -64,9 +92,12 @@ def notebook_for_book(text: str, info: dict, rel: str) -> str:
     return json.dumps(nb)
 
 
-def readme_for_book(text: str) -> str:
-    toc = "".join(TOC.format(caption=c, pattern=p) for c, p in CONTENTS)
-    return text.replace(BADGE_IMAGE, LOCAL_BADGE) + toc
+def markdown_for_book(
+    text: str, info: dict, rel: str, in_book: Callable[[str], bool], root_doc: bool
+) -> str:
+    """A markdown page as the book shows it; the landing page gets the table of contents."""
+    text = outside_links(text, info, rel, in_book).replace(BADGE_IMAGE, LOCAL_BADGE)
+    return text + "".join(TOC.format(caption=c, pattern=p) for c, p in CONTENTS) * root_doc
 
 
 def png_description(path: Path) -> str:
@@ -79,12 +110,17 @@ def png_description(path: Path) -> str:
 
 
 def setup_hooks(app, info: dict, build: Path) -> None:
+    def in_book(path: str) -> bool:
+        doc = app.env.path2doc(str(Path(app.srcdir) / path))
+        return doc is not None and doc in app.env.found_docs
+
     def source_read(app, docname, source):
         rel = Path(app.env.doc2path(docname, False)).as_posix()
         if rel.endswith(".ipynb"):
-            source[0] = notebook_for_book(source[0], info, rel)
-        elif docname == app.config.root_doc:
-            source[0] = readme_for_book(source[0])
+            source[0] = notebook_for_book(source[0], info, rel, in_book)
+        else:
+            root = docname == app.config.root_doc
+            source[0] = markdown_for_book(source[0], info, rel, in_book, root)
 
     def figure_alt(app, doctree):
         for image in doctree.findall(nodes.image):

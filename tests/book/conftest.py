@@ -33,5 +33,6 @@ def site() -> Path:
 
 @pytest.fixture(scope="session")
 def site_pages(site) -> list[Path]:
-    """Every HTML page of the book, the search page and the index included."""
-    return sorted(site.rglob("*.html"))
+    """Every HTML page of the book, the search page and the index included (not the theme's
+    templates under _static/)."""
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)

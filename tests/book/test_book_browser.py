@@ -1,15 +1,14 @@
-"""The built book in a real browser: Debian's chromium driven by Playwright, launched as
-tests/notebooks/test_browser.py launches it, the site served from 127.0.0.1 and every request
+"""The built book in a real browser: Debian's chromium driven by Playwright (the `browser`
+fixture of tests/conftest.py, as every browser test), the site served from 127.0.0.1 and every request
 for another machine refused and recorded. Screenshots (landing page, lecture 02 light and dark,
 a search, a print preview) and a PDF of lecture 02 go to tests/artifacts/book/ (git-ignored).
-Skips without chromium, playwright or a built book (conftest.py).
+Skips without chromium, playwright or a built book (the conftest.py files).
 """
 
 from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
 import threading
 from pathlib import Path
@@ -19,13 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "tests" / "artifacts" / "book"
-CHROMIUM = os.environ.get("TRANSFORMER_LAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-]
 TIMEOUT_MS = 30_000
 LECTURE = "lectures/02_qkv_attention.html"
 # A4 at 96 dpi less Chromium's default print margins (about 1 cm a side)
@@ -33,15 +25,6 @@ PRINT_WIDTH, PRINT_HEIGHT = 718, 1047
 _RAW_MATH = re.compile(r"\$[^$\s][^$]{0,200}\$|\\\(|\\\[")
 
 pytestmark = pytest.mark.slow
-
-if not Path(CHROMIUM).is_file():
-    pytest.skip(
-        f"book browser tests need Debian's chromium at {CHROMIUM} (`apt-get install -y chromium`)",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="book browser tests need playwright (pip install -e '.[dev]')"
-)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -60,14 +43,6 @@ def base(site):
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 class Visit:

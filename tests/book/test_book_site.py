@@ -5,6 +5,7 @@ notebook page has its Colab and .ipynb download links. Skips without a built boo
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -52,11 +53,16 @@ def secret_lines(root: Path = ROOT) -> list[str]:
     return sorted(secrets)
 
 
+@functools.cache
+def _soup(path: Path) -> BeautifulSoup:
+    return BeautifulSoup(path.read_text(encoding="utf-8", errors="replace"), "html.parser")
+
+
 def page_text(path: Path) -> str:
     """A file's text as a reader or a search engine sees it (HTML without its tags, squashed)."""
     raw = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix == ".html":
-        raw = BeautifulSoup(raw, "html.parser").get_text(" ")
+        raw = _soup(path).get_text(" ")
     elif path.suffix == ".ipynb":  # the cells' text, not their JSON-escaped form
         raw = "\n".join(c.source for c in nbformat.reads(raw, as_version=4).cells)
     return _squash(raw)
@@ -104,10 +110,6 @@ def test_the_leak_check_finds_a_leak(tmp_path, secrets, how):
     assert leaks(tmp_path, secrets)
 
 
-def _soup(path: Path) -> BeautifulSoup:
-    return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
-
-
 def broken_links(site: Path, pages: list[Path]) -> list[str]:
     """Every href/src inside the site whose file, or whose #anchor in that file, is missing."""
     ids: dict[Path, set[str]] = {}
@@ -124,7 +126,7 @@ def broken_links(site: Path, pages: list[Path]) -> list[str]:
             if not target or urlsplit(target).scheme or target.startswith("//"):
                 continue
             parts = urlsplit(target)
-            path = (page.parent / unquote(parts.path)).resolve() if parts.path else page
+            path = (page.parent / unquote(parts.path) if parts.path else page).resolve()
             if not path.is_file() or site.resolve() not in path.parents:
                 broken.append(f"{page.relative_to(site)} -> {target}")
             elif parts.fragment and path.suffix == ".html":

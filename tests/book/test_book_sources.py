@@ -51,11 +51,43 @@ def test_the_book_hides_the_setup_cell_localises_the_badge_and_links_widgets_to_
     assert "tags" not in widget.metadata and "tags" not in plain.metadata
 
 
+def _in_book(path: str) -> bool:
+    return path.startswith(("lectures/", "exercises/")) or path in ("README.md", "INSTRUCTORS.md")
+
+
 def test_the_landing_page_gets_the_contents_in_lesson_order():
-    text = book_hooks.readme_for_book(f"# Course\n\n![b]({BADGE_IMAGE})\n")
+    text = book_hooks.markdown_for_book(
+        f"# Course\n\n![b]({BADGE_IMAGE})\n", INFO, "README.md", _in_book, root_doc=True
+    )
     assert BADGE_IMAGE not in text
     order = [text.index(p) for p in ("lectures/*", "exercises/*/*", "INSTRUCTORS")]
     assert order == sorted(order) and ":hidden:" in text
+    other = book_hooks.markdown_for_book("# I\n", INFO, "INSTRUCTORS.md", _in_book, root_doc=False)
+    assert "toctree" not in other
+
+
+def test_links_to_files_outside_the_book_open_on_github():
+    text = (
+        "[c](CONTRIBUTING.md#x) [l](lectures/02_qkv_attention.ipynb) [w](https://e.org/a.md) "
+        "[a](#here) [d](autograder/) [gone](nowhere.md) ![b](/book/_static/colab-badge.svg)"
+    )
+    out = book_hooks.outside_links(text, INFO, "README.md", _in_book)
+    repo, branch = INFO["repository"], INFO["branch"]
+    assert f"[c]({repo}/blob/{branch}/CONTRIBUTING.md#x)" in out
+    assert f"[d]({repo}/tree/{branch}/autograder)" in out
+    for kept in (
+        "lectures/02_qkv_attention.ipynb)",
+        "(https://e.org/a.md)",
+        "(#here)",
+        "(nowhere.md)",
+    ):
+        assert kept in out
+    assert "(/book/_static/colab-badge.svg)" in out
+    # relative to the page's own folder
+    lecture = book_hooks.outside_links(
+        "[r](../README.md) [b](../benchmarks/RESULTS.md)", INFO, "lectures/x.ipynb", _in_book
+    )
+    assert lecture == f"[r](../README.md) [b]({repo}/blob/{branch}/benchmarks/RESULTS.md)"
 
 
 def _png(fig, **kwargs) -> Image.Image:

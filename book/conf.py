@@ -8,6 +8,7 @@ executed once per change by MyST-NB's jupyter-cache; exercises are shown as they
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -41,12 +42,12 @@ author = "Transformer Lab contributors"
 copyright = "Transformer Lab contributors"
 release = INFO["version"]
 
-extensions = [
-    "myst_nb",
-    "sphinx_copybutton",
-    # MathJax 3 bundled in the wheel and copied into _static/mathjax: no CDN, at build or read time
-    "sphinx-mathjax-offline",
-]
+extensions = ["myst_nb", "sphinx_copybutton"]
+# MathJax 3, bundled in the sphinx-mathjax-offline wheel and copied into _static/mathjax: no CDN at
+# build or read time. Set up from setup() below: the extension does not declare itself safe for
+# parallel reading (it only copies files when the build ends), so listed here it would make Sphinx
+# execute the lectures one at a time.
+MATHJAX_OFFLINE = importlib.import_module("sphinx-mathjax-offline")
 
 root_doc = "README"
 include_patterns = [
@@ -102,5 +103,6 @@ html_theme_options = {
 
 
 def setup(app):
+    MATHJAX_OFFLINE.setup(app)
     setup_hooks(app, INFO, BUILD)
     return {"parallel_read_safe": True}

@@ -126,8 +126,9 @@ def setup_hooks(app, info: dict, build: Path) -> None:
         for image in doctree.findall(nodes.image):
             if image.get("alt") or image["uri"].startswith(("http:", "https:")):
                 continue
-            _, path = app.env.relfn2path(image["uri"], app.env.docname)
-            alt = png_description(Path(path))
+            # after Sphinx's image collector: candidates["*"] is relative to the source folder
+            path = Path(app.srcdir) / image.get("candidates", {}).get("*", image["uri"])
+            alt = png_description(path)
             if alt:
                 image["alt"] = alt
 

@@ -126,7 +126,9 @@ def test_every_page_loads_offline_without_errors_with_maths_and_alt_text(
         problems += [f"{rel}: {e}" for e in visit.errors]
         problems += [f"{rel}: request to another machine {u}" for u in visit.outside]
         problems += [
-            f"{rel}: figure without alt text {i['src']}" for i in images if not i["alt"].strip()
+            f"{rel}: figure without alt text {i['src']}"
+            for i in images  # docutils writes the file name where a figure has no alt text
+            if not i["alt"].strip() or i["alt"].split("/")[-1] == i["src"].split("/")[-1]
         ]
         problems += [f"{rel}: image did not load {i['src']}" for i in images if not i["loaded"]]
         if rel not in ("search.html", "genindex.html"):  # the site's own pages hold no maths

@@ -145,3 +145,15 @@ def test_every_lecture_survives_the_book_rewrite(path):
     setup = [c for c in nb.cells if c.get("id") == SETUP_ID]
     assert len(setup) == 1 and "remove-cell" in setup[0].metadata["tags"]
     assert BADGE_IMAGE not in json.dumps([c.source for c in nb.cells])
+
+
+def test_the_readme_links_the_book_at_the_address_from_pyproject():
+    from transformer_lab.notebook_setup import book_url, expected_readme
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"[the course as a book]({book_url(INFO)})" in readme
+    # mutant: another repository address moves the link with it
+    other = dict(INFO, repository="https://github.com/Someone-Else/tl")
+    assert "[the course as a book](https://someone-else.github.io/tl/)" in expected_readme(
+        ROOT, other
+    )

@@ -17,23 +17,29 @@ from IPython.core import pylabtools
 
 _print_figure = pylabtools.print_figure
 ALT_LIMIT = 400
+GRID = 4  # more titled panels than this: a grid, said as one
+
+
+def _axes_words(ax) -> str:
+    title = " ".join(t for t in (ax.get_title(loc) for loc in ("left", "center", "right")) if t)
+    if title.strip():
+        return title
+    if ax.get_xlabel() or ax.get_ylabel():
+        return f"{ax.get_ylabel() or 'values'} against {ax.get_xlabel() or 'index'}"
+    return ""
 
 
 def figure_alt_text(fig) -> str:
-    """What the figure shows, in its own words: its titles, else its axes' labels."""
-    parts = []
+    """What the figure shows, in its own words: its titles, else its axes' labels. A grid of
+    many panels (images with short captions) is said as such."""
     suptitle = getattr(fig, "_suptitle", None)
-    if suptitle is not None and suptitle.get_text().strip():
-        parts.append(suptitle.get_text().strip())
-    for ax in fig.axes:
-        title = " ".join(
-            t for t in (ax.get_title(loc) for loc in ("left", "center", "right")) if t.strip()
-        )
-        if title:
-            parts.append(title)
-        elif ax.get_xlabel() or ax.get_ylabel():
-            parts.append(f"{ax.get_ylabel() or 'values'} against {ax.get_xlabel() or 'index'}")
-    text = "; ".join(dict.fromkeys(" ".join(p.split()) for p in parts))
+    parts = [suptitle.get_text()] if suptitle is not None else []
+    panels = list(dict.fromkeys(w for w in map(_axes_words, fig.axes) if w.strip()))
+    if len(panels) > GRID:
+        shown = ", ".join(panels[:GRID]) + (", …" if len(panels) > GRID else "")
+        panels = [f"{len(fig.axes)} panels titled {shown}"]
+    parts += panels
+    text = "; ".join(" ".join(p.split()) for p in parts if p.strip())
     return f"Figure: {text}"[:ALT_LIMIT] if text else ""
 
 

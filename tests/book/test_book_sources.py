@@ -108,6 +108,16 @@ def test_a_figure_carries_its_titles_as_alt_text():
     )
 
 
+def test_a_grid_of_captioned_images_is_said_as_a_grid():
+    fig, axes = plt.subplots(2, 4)
+    fig.suptitle("digits")
+    for i, ax in enumerate(axes.flat):
+        ax.set_title(str(i))
+    alt = kernel_startup.figure_alt_text(fig)
+    plt.close(fig)
+    assert alt == "Figure: digits; 8 panels titled 0, 1, 2, 3, …"
+
+
 def test_a_figure_without_titles_or_labels_has_no_alt_text():
     """The browser and site tests then fail on it: give it a title or mystnb.image.alt."""
     fig, ax = plt.subplots()

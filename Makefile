@@ -12,7 +12,8 @@ PORT   ?= 8888
 PYTEST_ARGS ?=
 
 .PHONY: lab instructor-lab test install lint format exercises benchmark clean \
-	release collect grade feedback export report gpu-wheels gpu-check
+	release collect grade feedback export report gpu-wheels gpu-check \
+	book book-test book-clean
 
 install: $(STAMP)
 
@@ -58,16 +59,16 @@ test: $(STAMP)
 	@command -v bwrap >/dev/null || { echo "make test grades hostile notebooks in a bubblewrap box:" \
 	  "install it first (Debian/Ubuntu: sudo apt-get install bubblewrap; .ci/run does)" >&2; exit 1; }
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
+	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions
+	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 
 format: $(STAMP)
-	$(PY) -m ruff format shared tests benchmarks autograder
+	$(PY) -m ruff format shared tests benchmarks autograder book
 	$(PY) -m ruff check --fix .
 
 # Colab badges, links and setup cells first (from pyproject's [project.urls]), then nbgrader.
@@ -92,6 +93,23 @@ gpu-wheels: $(STAMP)
 
 gpu-check:
 	$(if $(GPU_CHECK_DEVICE),GPU_CHECK_DEVICE=$(GPU_CHECK_DEVICE)) $(GPU_PY) benchmarks/gpu_check.py
+
+# The course as a book (book/README.md): `make book` executes the lectures in full mode (once per
+# change: jupyter-cache) into book/_build/full/html; `make book QUICK=1` in quick mode into
+# book/_build/quick/html. `make book-test` checks the quick build in Chromium (tests/book/). BOOK_JOBS lectures run at once.
+BOOK_DIR  := book/_build/$(if $(QUICK),quick,full)
+BOOK_JOBS ?= 2
+
+book: $(STAMP)
+	$(if $(QUICK),TRANSFORMER_LAB_QUICK=1) OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} \
+	  $(PY) -m sphinx -b html -q -j $(BOOK_JOBS) -c book . $(BOOK_DIR)/html
+	@echo "book: $(BOOK_DIR)/html/index.html"
+
+book-test: $(STAMP)
+	TRANSFORMER_LAB_BOOK_REQUIRED=1 $(PY) -m pytest -p no:cacheprovider -n 0 tests/book $(PYTEST_ARGS)
+
+book-clean:
+	rm -rf book/_build
 
 # Instructors: one target per step, e.g.
 #   make release ASSIGNMENT=02_qkv_attention [EXCHANGE=/srv/nbgrader/exchange]

@@ -8,6 +8,9 @@ browser, the simulated Colab, ``make lab``)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -59,3 +62,31 @@ def student_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(path))
     monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
     return path
+
+
+# Browser tests (notebooks/test_browser.py, book/test_book_browser.py): Debian's chromium driven by
+# Playwright, whose own browser download fails here.
+CHROMIUM = os.environ.get("TRANSFORMER_LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium, launched once per module; skips, saying why, without chromium or playwright."""
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(
+            f"browser tests need Debian's chromium at {CHROMIUM} (`apt-get install -y chromium`)"
+        )
+    sync_api = pytest.importorskip("playwright.sync_api", reason="browser tests need playwright")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()

@@ -37,6 +37,7 @@ _NB_LINK = re.compile(
     r"(?P<link>\[(?P<text>[^\]]*)\]\((?P<target>(?![a-z][a-z0-9+.-]*:)[^)\s#]+\.ipynb)(?:#[^)\s]*)?\))"
     r"(?P<colab> \(\[Colab\]\([^)]*\)\)| \[!\[Open In Colab\]\([^)]*\)\]\([^)]*\))?"
 )
+_BOOK_LINK = re.compile(r"(\[the course as a book\])\([^)]*\)")
 
 SETUP_TEMPLATE = """\
 # @title Colab setup: run this cell first { display-mode: "form" }
@@ -85,6 +86,12 @@ def colab_url(info: dict, path: str) -> str:
     """The Colab address of the notebook at `path` (relative to the repository root)."""
     github = info["repository"].removeprefix("https://github.com/")
     return f"{COLAB}/{github}/blob/{info['branch']}/{path}"
+
+
+def book_url(info: dict) -> str:
+    """Where the book is published: the repository's GitHub Pages address (book/README.md)."""
+    owner, name = info["repository"].removeprefix("https://github.com/").split("/")
+    return f"https://{owner.lower()}.github.io/{name}/"
 
 
 def badge(info: dict, path: str) -> str:
@@ -161,6 +168,7 @@ def expected_text(root: Path, path: Path, info: dict | None = None) -> str:
 def expected_readme(root: Path, info: dict | None = None) -> str:
     info = info or project(root)
     text = (root / "README.md").read_text(encoding="utf-8")
+    text = _BOOK_LINK.sub(rf"\g<1>({book_url(info)})", text)
     return add_colab_links(text, info, "", badges=True)
 
 

@@ -4,7 +4,7 @@ Chromium is Debian's (`apt-get install -y chromium`, which `.ci/run` does); Play
 browser download is not used. Without chromium (or without the `playwright` package) these tests
 skip and say why. JupyterLab serves a copy of the course in a temporary folder, in quick mode,
 with the student's package in a temporary folder too, so nothing in the repository changes.
-Screenshots go to tests/artifacts/screenshots/ (git-ignored).
+Screenshots go to tests/artifacts/screenshots/ (git-ignored). The browser is tests/conftest.py's.
 """
 
 from __future__ import annotations
@@ -27,15 +27,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "tests" / "artifacts" / "screenshots"
 CHROMIUM = os.environ.get("TRANSFORMER_LAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TIMEOUT_MS = 90_000
 
 pytestmark = pytest.mark.slow
@@ -137,14 +128,6 @@ def lab(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .notebook_cells import is_test_cell, nbgrader_meta, without_hidden_tests
 from .notebook_setup import SETUP_ID
-from .registry import grading_mode
+from .registry import GRADING_SETTINGS, grading_mode
 
 PRESUBMIT_ENV = "TRANSFORMER_LAB_PRESUBMIT"  # set in presubmit's own kernel: the last cell skips
 PRESUBMIT_ID = "presubmit"  # the id of the last cell of every exercise (dropped from the run)
@@ -44,21 +44,8 @@ GRADER_FLOOR = 10.0  # the least time the grader gives any cell (instructor cell
 GRADER_FACTOR = 20.0  # ... and otherwise this many times the reference solution's time for it
 TIMEOUT_ENAME = "CellTimeoutError"  # the error nbgrader records for a cell stopped at its limit
 SHOWN_ERRORS = 3  # the first errors named; later ones often follow from the first
-# What the kernel runs under: the grader's settings (sandbox.GRADING_ENV) and presubmit's flag.
-RUN_ENV = {
-    "TRANSFORMER_LAB_GRADING": "1",
-    "TRANSFORMER_LAB_QUICK": "1",
-    PRESUBMIT_ENV: "1",
-    "TRANSFORMER_LAB_NO_PROGRESS": "1",
-    "TQDM_DISABLE": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MPLBACKEND": "Agg",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "PYTHONHASHSEED": "0",
-}
+# What the kernel runs under: the grader's settings, quick mode and presubmit's flag.
+RUN_ENV = {**GRADING_SETTINGS, "TRANSFORMER_LAB_QUICK": "1", PRESUBMIT_ENV: "1"}
 
 
 @dataclasses.dataclass

@@ -12,6 +12,22 @@ import importlib
 import os
 
 GRADING_ENV = "TRANSFORMER_LAB_GRADING"
+# What every process that runs a student's code for grading gets (the grader's student process,
+# presubmit's kernel): one thread per library (jobs run side by side), no display, no hub
+# downloads, no progress bars, fixed hashing, and grading mode (earlier lessons on the reference,
+# nothing saved into a student package).
+GRADING_SETTINGS = {
+    GRADING_ENV: "1",
+    "TRANSFORMER_LAB_NO_PROGRESS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MPLBACKEND": "Agg",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TQDM_DISABLE": "1",
+    "PYTHONHASHSEED": "0",
+}
 CATALOGUE = "transformer_lab.check"  # the package whose import declares every exercise
 
 

@@ -47,26 +47,14 @@ import threading
 import time
 from pathlib import Path
 
+from .. import registry
+
 GiB = 1 << 30
 MiB = 1 << 20
 
 
-# What every process that runs a student's code gets: one thread per library (jobs run side by
-# side), no display, no hub downloads, no progress bars, fixed hashing, and grading mode (earlier
-# lessons on the reference, nothing saved into a student package).
-GRADING_FLAG = "TRANSFORMER_LAB_GRADING"  # what transformer_lab.check.grading_mode() reads
-GRADING_ENV = {
-    GRADING_FLAG: "1",
-    "TRANSFORMER_LAB_NO_PROGRESS": "1",
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MPLBACKEND": "Agg",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "TQDM_DISABLE": "1",
-    "PYTHONHASHSEED": "0",
-}
+GRADING_FLAG = registry.GRADING_ENV  # what transformer_lab.check.grading_mode() reads
+GRADING_ENV = dict(registry.GRADING_SETTINGS)  # what every process running a student's code gets
 
 
 @dataclasses.dataclass

@@ -212,7 +212,6 @@ def _grade(course: Path, subs: Path, out: Path) -> int:
         wall_seconds=60.0,
         cell_timeout=None,
         isolate=False,
-        verify=False,
     )
     return commands.grade(course, TINY, subs, **options)
 

@@ -9,6 +9,7 @@ executed once per change by MyST-NB's jupyter-cache; exercises are shown as they
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ os.environ.update(
 project = "Transformer Lab"
 author = "Transformer Lab contributors"
 copyright = "Transformer Lab contributors"
-release = INFO["version"]
+release = importlib.metadata.version("transformer-lab")
 
 extensions = ["myst_nb", "sphinx_copybutton"]
 # MathJax 3, bundled in the sphinx-mathjax-offline wheel and copied into _static/mathjax: no CDN at

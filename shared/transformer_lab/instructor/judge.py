@@ -184,7 +184,6 @@ class Judge:
             self.workdir / f"run{len(self.sessions)}",
             self.deadline,
             self.memory,
-            None,
             box=self.box,
             budget=self.limits.budget.to_json(),
         )

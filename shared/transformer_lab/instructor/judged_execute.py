@@ -43,8 +43,9 @@ def judge_notebook(nb, settings_path: Path):
     limits = CellLimits.from_json(settings.get("cell_limits"))
     if limits is None and settings.get("cell_timeout"):
         limits = fixed(settings["cell_timeout"])
-    setup = settings.get("setup")
-    cells = [c for c in judge.cells_of(nb) if setup is None or c.source != python_source(setup)]
+    setup = settings.get("setup")  # the released setup cell, as the judge would run it
+    setup = python_source(setup) if setup is not None else None
+    cells = [c for c in judge.cells_of(nb) if c.source != setup]
     deadline = time.monotonic() + max(settings["deadline"] - time.time(), 1.0)
     outcome = judge.Judge(
         Path(settings["workdir"]),

@@ -75,7 +75,6 @@ class Session:
         workdir: Path,
         deadline: float,
         memory: int | None,
-        cell_timeout,
         box=None,
         budget: dict | None = None,
     ):
@@ -97,7 +96,7 @@ class Session:
         self.next_tid = 0
         workdir.mkdir(parents=True, exist_ok=True)
         cells_file = workdir / "verify_cells.json"
-        spec = {"cells": cells, "cell_timeout": cell_timeout, "budget": budget}
+        spec = {"cells": cells, "budget": budget}  # each cell carries its own limits
         cells_file.write_text(json.dumps(spec))
         self._popen(workdir, memory, cells_file, box)
         try:

@@ -580,7 +580,7 @@ def catalogue(device: str, lessons: list[str] | None, save=lambda data: None) ->
     import torch
 
     from transformer_lab import check
-    from transformer_lab.check.engine import CHECK_DEVICES_ENV
+    from transformer_lab.check.devices import CHECK_DEVICES_ENV
 
     def outcome(name: str, impl, where: str) -> dict:
         os.environ[CHECK_DEVICES_ENV] = where

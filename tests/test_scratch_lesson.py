@@ -60,7 +60,7 @@ import torch
 
 from .. import scratch as _scratch
 from .drivers import FunctionDriver
-from .engine import Case, Exercise, Mistake
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["double"]
 

@@ -1,15 +1,17 @@
 """Which graded exercises exist: name -> exercise (its lesson, reference module and order).
 
-A leaf module: it imports nothing from ``transformer_lab``. The check engine fills ``EXERCISES``
-as each lesson's exercises are declared (``transformer_lab.check.lessonNN``); readers such as
-``transformer_lab.student`` only read it. The first read loads the catalogue, so a reader never
-sees it empty (the load is by name, at run time, so no import edge points back at ``check``).
+A leaf module: it imports nothing from ``transformer_lab``. The check package fills ``EXERCISES``
+as each lesson's exercises are declared (``transformer_lab.check.lessonNN``), so read it through
+``transformer_lab.check.EXERCISES`` (importing the package declares every exercise):
+``transformer_lab.student`` does, one explicit import. A check that passes calls the listeners
+added with :func:`on_pass` (the student's package saves the passing code): so the check package
+never imports ``student``, and the dependency between the two goes one way.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
+from collections.abc import Callable
 
 GRADING_ENV = "TRANSFORMER_LAB_GRADING"
 # What every process that runs a student's code for grading gets (the grader's student process,
@@ -28,7 +30,6 @@ GRADING_SETTINGS = {
     "TQDM_DISABLE": "1",
     "PYTHONHASHSEED": "0",
 }
-CATALOGUE = "transformer_lab.check"  # the package whose import declares every exercise
 
 
 def grading_mode() -> bool:
@@ -37,54 +38,15 @@ def grading_mode() -> bool:
 
 
 class Registry(dict):
-    """{name: exercise} in declaration order (lesson by lesson); loads the catalogue on first read.
+    """{name: exercise} in declaration order (lesson by lesson), filled as exercises are declared.
 
     Each value has at least ``name``, ``lesson`` ("02"), ``module`` (e.g. "attention"),
     ``reference`` and ``mistakes``.
     """
 
-    _loaded = False
-
-    def _load(self) -> None:
-        if not Registry._loaded:
-            Registry._loaded = True
-            importlib.import_module(CATALOGUE)
-
     def add(self, exercise) -> None:
-        """Declare `exercise` (called by the engine when an Exercise is created)."""
-        dict.__setitem__(self, exercise.name, exercise)
-
-    def __getitem__(self, name):
-        self._load()
-        return dict.__getitem__(self, name)
-
-    def __contains__(self, name) -> bool:
-        self._load()
-        return dict.__contains__(self, name)
-
-    def __iter__(self):
-        self._load()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        self._load()
-        return dict.__len__(self)
-
-    def get(self, name, default=None):
-        self._load()
-        return dict.get(self, name, default)
-
-    def keys(self):
-        self._load()
-        return dict.keys(self)
-
-    def values(self):
-        self._load()
-        return dict.values(self)
-
-    def items(self):
-        self._load()
-        return dict.items(self)
+        """Declare `exercise` (called when an Exercise is created)."""
+        self[exercise.name] = exercise
 
     def order(self, name: str) -> int:
         """Position of `name` in the course (len(self) for an unknown name)."""
@@ -93,3 +55,18 @@ class Registry(dict):
 
 
 EXERCISES = Registry()
+
+_LISTENERS: list[Callable] = []
+
+
+def on_pass(listener: Callable) -> None:
+    """Call ``listener(exercise, student_obj, thorough)`` whenever a check passes outside grading
+    mode (once per listener, however often it is added)."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+
+
+def passed(exercise, student_obj, thorough: bool) -> None:
+    """A check passed: tell every listener."""
+    for listener in _LISTENERS:
+        listener(exercise, student_obj, thorough)

@@ -7,8 +7,10 @@ forbidden built-ins) catches what it is there to catch.
 
 from __future__ import annotations
 
+import ast
 import linecache
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ from torch import nn
 
 import transformer_lab
 from transformer_lab import attention, check, student
+from transformer_lab.check import compare
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations, written the way a student would.
@@ -480,9 +483,7 @@ def test_mutant_check_without_gradients_would_miss_a_gradient_bug(monkeypatch):
         out, w = good_sdpa(q, k, v, mask)
         return w.detach() @ v, w
 
-    monkeypatch.setattr(
-        check.engine, "_backward", lambda outputs, cot, leaves: [None] * len(leaves)
-    )
+    monkeypatch.setattr(compare, "backward", lambda outputs, cot, leaves: [None] * len(leaves))
     assert check.scaled_dot_product_attention(detached_weights) is None
 
 
@@ -598,12 +599,69 @@ def test_unknown_mistake_key_lists_the_keys():
         check.EXERCISES["scaled_dot_product_attention"].mistake("no-such-mistake")
 
 
-def test_student_reads_the_catalogue_without_importing_check():
+def _imported(path: Path, package: str) -> set[str]:
+    """The dotted names a module's imports name, at any depth (lazy imports too); `package` is
+    the module's own package, against which relative imports are resolved."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            found |= {source} | {f"{source}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Attribute) and node.attr == "import_module":
+            found.add("<by name>")  # importlib.import_module: an import the structure tool misses
+    return found
+
+
+def assert_student_check_one_way(src: Path) -> None:
+    """student imports check; no module of check imports student; the registry imports nothing of
+    the package, not even by name."""
+    package = src / "transformer_lab"
+    assert "transformer_lab.check" in _imported(package / "student.py", "transformer_lab")
+    for path in sorted((package / "check").glob("*.py")):
+        imported = _imported(path, "transformer_lab.check")
+        assert "transformer_lab.student" not in imported, f"{path.name} imports student"
+    registry_imports = _imported(package / "registry.py", "transformer_lab")
+    assert not {name for name in registry_imports if name.startswith(("transformer_lab", "<"))}
+
+
+def test_student_and_check_depend_one_way():
+    assert_student_check_one_way(Path(transformer_lab.__file__).parents[1])
     from transformer_lab import registry
 
     assert registry.EXERCISES is check.EXERCISES
     assert list(registry.EXERCISES)[:2] == ["RNN", "sequential_steps"]
     assert registry.EXERCISES["RNN"].lesson == "01" and registry.EXERCISES["RNN"].module == "rnn"
+
+
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        ("check/exercise.py", "def _save():\n    from .. import student\n"),  # the old engine
+        ("registry.py", "import importlib\nimportlib.import_module('transformer_lab.check')\n"),
+    ],
+    ids=["check-imports-student", "registry-loads-by-name"],
+)
+def test_mutant_dependency_in_both_directions_fails(tmp_path, mutant):
+    import shutil
+
+    src = Path(transformer_lab.__file__).parents[1]
+    copy = tmp_path / "transformer_lab"
+    for rel in ("student.py", "registry.py", "check"):
+        target = copy / rel
+        if (src / "transformer_lab" / rel).is_dir():
+            shutil.copytree(src / "transformer_lab" / rel, target)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src / "transformer_lab" / rel, target)
+    rel, extra = mutant
+    with (copy / rel).open("a", encoding="utf-8") as f:
+        f.write(extra)
+    with pytest.raises(AssertionError):
+        assert_student_check_one_way(tmp_path)
 
 
 def test_trial_driver_names_the_mistake_whose_finding_matches():
@@ -632,6 +690,67 @@ def test_trial_driver_names_the_mistake_whose_finding_matches():
     with pytest.raises(check.CheckFailed, match="your function raised ValueError: no") as info:
         driver.run(ex, crashes, thorough=False)
     assert isinstance(info.value.cause, ValueError)
+
+
+def _unknown_kind(thorough: bool) -> list:
+    return [check.Reject("an unknown kind", lambda impl: impl("transformer", 8))]
+
+
+def assert_raises_driver_words_each_outcome(driver_class) -> None:
+    """A ValueError passes; a result and another exception fail, each worded, with the mistake
+    that does the same named and the student's exception kept as the cause."""
+    ex = check.EXERCISES["sequential_steps"]
+    driver = driver_class(_unknown_kind, shown=repr, covered="an unknown kind")
+    assert driver.run(ex, good_steps, thorough=False) == 1
+    assert driver.covered(False) == "an unknown kind"
+
+    with pytest.raises(check.CheckFailed) as info:
+        driver.run(ex, lambda kind, n, kernel_size=3: 7, thorough=False)
+    err = info.value
+    assert (err.problem, err.case) == (
+        "your function returned 7 instead of raising ValueError",
+        "an unknown kind",
+    )
+    assert err.mistake == ex.mistake("unknown-kind").sentence  # it returns too
+
+    def looks_up(kind, n, kernel_size=3):
+        return {"rnn": n}[kind]
+
+    with pytest.raises(check.CheckFailed) as info:
+        driver.run(ex, looks_up, thorough=False)
+    err = info.value
+    assert err.problem == "your function raised KeyError: 'transformer'" and err.mistake is None
+    assert isinstance(err.cause, KeyError)
+
+
+def test_raises_driver_words_each_outcome():
+    assert_raises_driver_words_each_outcome(check.RaisesDriver)
+
+
+class _AnyErrorRejects(check.RaisesDriver):
+    """Mutant: any exception counts as the rejection."""
+
+    def __init__(self, cases, **kwargs):
+        super().__init__(cases, error=Exception, **kwargs)
+
+
+class _NoDiagnosis(check.RaisesDriver):
+    """Mutant: never names a mistake."""
+
+    def run_case(self, ex, student_obj, case, index, setting):
+        kind, what = ex.run_student(student_obj, lambda: self.outcome(student_obj, case))
+        if kind != "ValueError":
+            check.fail(
+                ex, f"your function returned {what!r} instead of raising ValueError", case.label
+            )
+
+
+@pytest.mark.parametrize(
+    "mutant", [_AnyErrorRejects, _NoDiagnosis], ids=["any-error", "no-mistake"]
+)
+def test_mutant_raises_driver_fails(mutant):
+    with pytest.raises(AssertionError):
+        assert_raises_driver_words_each_outcome(mutant)
 
 
 def test_exactly_equal_is_false_not_a_crash_for_arrays_against_tensors():

@@ -3,7 +3,7 @@
 IPython shows ``err._render_traceback_()`` instead of a traceback: a short message with the named
 mistake, the case and, when the student's code raised, the student's own line; never the frames of
 the check machinery. ``str(err)`` (what nbgrader records) is unchanged. Mutant renderers (one that
-keeps the engine's frames, one that drops the student's exception) must fail these assertions.
+keeps the check machinery's frames, one that drops the student's exception) must fail these assertions.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from transformer_lab import check
-from transformer_lab.check import feedback
-from transformer_lab.check.engine import CheckFailed, ImplementThisYourself
+from transformer_lab.check import CheckFailed, ImplementThisYourself, feedback
 
 MISTAKE = "view as (B, L, h, d_k) first, then transpose(1, 2)"
 
@@ -58,7 +57,7 @@ def _no_saving(monkeypatch, tmp_path):
 def assert_short_mistake(text: str) -> None:
     assert "Likely mistake: " + "you reshaped (B, L, d_model) straight" in text
     assert MISTAKE in text
-    assert "engine.py" not in text and "lesson03.py" not in text
+    assert "exercise.py" not in text and "lesson03.py" not in text
     assert "Traceback" not in text and "site-packages" not in text
     lines = text.splitlines()
     assert lines[0].startswith("✗ split_heads")
@@ -71,7 +70,7 @@ def assert_shows_student_line(text: str) -> None:
     assert "THE STUDENT'S LINE" in text
     assert "in crashing_split_heads" in text
     assert "RuntimeError" in text and "Case: x (2, 3, 8), n_heads=2" in text
-    assert "engine.py" not in text and "torch/" not in text
+    assert "exercise.py" not in text and "torch/" not in text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -114,7 +113,7 @@ def test_implement_this_yourself_is_short_and_points_at_the_call():
     assert isinstance(err, ImplementThisYourself)
     text = feedback.render_text(err)
     assert text.startswith("✗ Implement this yourself")
-    assert "CALLS THE REFERENCE" in text and "engine.py" not in text
+    assert "CALLS THE REFERENCE" in text and "exercise.py" not in text
     assert "check.split_heads(impl)" not in text  # the calling (test) cell is never shown
 
 
@@ -190,7 +189,7 @@ def test_ipython_shows_the_rendering_with_the_cell_and_line():
         assert "✗ split_heads: check failed" in text
         assert "Cell In[" in text and "line 3, in split_heads" in text
         assert "# my bad line" in text
-        assert "engine.py" not in text and "check.split_heads(split_heads)" not in text
+        assert "exercise.py" not in text and "check.split_heads(split_heads)" not in text
     finally:
         InteractiveShell.clear_instance()
 

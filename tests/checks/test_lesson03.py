@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab import check, multihead
-from transformer_lab.check.engine import CheckFailed, ImplementThisYourself
+from transformer_lab.check import CheckFailed, ImplementThisYourself
 
 
 def good_split(x, n_heads):

@@ -15,7 +15,7 @@ from torch import nn
 
 import transformer_lab
 from transformer_lab import check, positional
-from transformer_lab.check.engine import CheckFailed, ImplementThisYourself
+from transformer_lab.check import CheckFailed, ImplementThisYourself
 
 
 def good_pe(n_positions, d_model):

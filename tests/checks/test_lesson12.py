@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lab import check
-from transformer_lab.check.engine import ImplementThisYourself
+from transformer_lab.check import ImplementThisYourself
 
 NEG_INF = float("-inf")
 

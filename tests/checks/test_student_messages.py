@@ -30,9 +30,10 @@ import torch
 from torch import nn
 
 from transformer_lab import check
-from transformer_lab.check import engine, feedback
+from transformer_lab.check import exercise, feedback
+from transformer_lab.check.compare import compare_tensor
 from transformer_lab.check.drivers import Driver
-from transformer_lab.check.engine import CheckFailed, NotWrittenYet, compare_tensor
+from transformer_lab.check.exercise import CheckFailed, NotWrittenYet
 
 forbid = importlib.import_module("transformer_lab.check.forbid")  # check.forbid is the function
 
@@ -280,7 +281,7 @@ def assert_not_written(err: BaseException, name: str, direct: bool = True) -> No
     lines = err._render_traceback_()  # what IPython shows
     text = feedback.strip_ansi("\n".join(lines))
     assert len(lines) == 1 and text == f"✗ {err}", text
-    assert "Traceback" not in text and "engine.py" not in text
+    assert "Traceback" not in text and "exercise.py" not in text
 
 
 def assert_ordinary_failure(err: BaseException, line: str) -> None:
@@ -480,7 +481,7 @@ def test_mutant_that_lets_the_stub_through_fails(monkeypatch, tmp_path):
     def let_through(ex, student_obj, err, what="your code", case=None):
         raise err
 
-    monkeypatch.setattr(engine, "_not_implemented", let_through)
+    monkeypatch.setattr(exercise, "not_implemented", let_through)
     ns = _cell(LAYER_NORM, tmp_path)
     with pytest.raises(AssertionError):
         assert_not_written(_raised(lambda: check.LayerNorm(ns["LayerNorm"])), "LayerNorm.forward")
@@ -492,7 +493,7 @@ def test_mutant_that_calls_every_not_implemented_error_a_stub_fails(monkeypatch,
     def any_message(err, student_obj=None):  # the message is not looked at
         return real(NotImplementedError().with_traceback(err.__traceback__), student_obj)
 
-    monkeypatch.setattr(engine, "unwritten", any_message)
+    monkeypatch.setattr(exercise, "unwritten", any_message)
     for source in (ON_PURPOSE, ON_PURPOSE_DEEP):
         ns = _cell(source, tmp_path)
         with pytest.raises(AssertionError):
@@ -508,7 +509,7 @@ def test_mutant_that_names_the_exercise_for_a_helper_fails(monkeypatch, tmp_path
         found = real(err, student_obj)
         return (student_obj.__name__, True) if found else None
 
-    monkeypatch.setattr(engine, "unwritten", exercise_name)
+    monkeypatch.setattr(exercise, "unwritten", exercise_name)
     ns = _cell(MHA_WITH_UNWRITTEN_HELPER, tmp_path)
     err = _raised(lambda: check.MultiHeadAttention(ns["MultiHeadAttention"]))
     with pytest.raises(AssertionError):

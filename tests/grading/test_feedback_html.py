@@ -69,7 +69,13 @@ def _text(page: str) -> str:
 def _assert_clean(page: str, hidden: list[str]) -> None:
     assert hidden and not fb.leaks(page, hidden)
     text = _text(page)
-    for marker in ("thorough=True", "engine.py", "lesson03.py", "Traceback (most recent", "---->"):
+    for marker in (
+        "thorough=True",
+        "exercise.py",
+        "lesson03.py",
+        "Traceback (most recent",
+        "---->",
+    ):
         assert marker not in text, marker
 
 

@@ -419,7 +419,7 @@ def _assert_no_hidden(page: str, hidden: list[str]) -> None:
         "thorough=True",
         "Traceback (most recent call last)",
         "lesson02.py",
-        "engine.py",
+        "exercise.py",
         "_SDPA_EX",
         "----> ",
     ):

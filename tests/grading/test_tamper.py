@@ -263,11 +263,11 @@ def test_redefined_check_function(tmp_path):
     ]
 
 
-def test_patched_engine_internals(tmp_path):
+def test_patched_comparison_internals(tmp_path):
     code = (
-        "from transformer_lab.check import engine\n"
-        "engine._compare_outputs = lambda *a, **k: None\n"
-        "engine._compare_tensor = lambda *a, **k: None\n"
+        "from transformer_lab.check import compare\n"
+        "compare.compare_outputs = lambda *a, **k: None\n"
+        "compare.compare_tensor = lambda *a, **k: None\n"
     )
     path = hostile(tmp_path, code)
     kernel = in_kernel(path, L02)
@@ -277,21 +277,21 @@ def test_patched_engine_internals(tmp_path):
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
     result = run_verify(path, L02, tmp_path)
     assert passed(result) == NONE_PASS
-    n = cell_number(path, "engine._compare_outputs =")
+    n = cell_number(path, "compare.compare_outputs =")
     assert result["flags"] == [
-        f"suspicious code in cell {n}: assigns engine._compare_outputs "
-        "(transformer_lab.check.engine._compare_outputs)",
-        f"suspicious code in cell {n}: assigns engine._compare_tensor "
-        "(transformer_lab.check.engine._compare_tensor)",
+        f"suspicious code in cell {n}: assigns compare.compare_outputs "
+        "(transformer_lab.check.compare.compare_outputs)",
+        f"suspicious code in cell {n}: assigns compare.compare_tensor "
+        "(transformer_lab.check.compare.compare_tensor)",
     ]
 
 
 def test_patched_reference(tmp_path):
     code = (
         "import transformer_lab.attention as A\n"
-        "from transformer_lab.check import engine\n"
+        "from transformer_lab.check import exercise\n"
         "A.scaled_dot_product_attention = scaled_dot_product_attention\n"
-        'engine.EXERCISES["scaled_dot_product_attention"].reference = '
+        'exercise.EXERCISES["scaled_dot_product_attention"].reference = '
         "lambda *a, **k: scaled_dot_product_attention(*a, **k)\n"
     )
     path = hostile(tmp_path, code)
@@ -304,7 +304,7 @@ def test_patched_reference(tmp_path):
         f"suspicious code in cell {n}: assigns A.scaled_dot_product_attention "
         "(transformer_lab.attention.scaled_dot_product_attention)",
         f"suspicious code in cell {n}: assigns "
-        "engine.EXERCISES['scaled_dot_product_attention'].reference",
+        "exercise.EXERCISES['scaled_dot_product_attention'].reference",
     ]
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from transformer_lab import check, train, viz
 from transformer_lab.attention import fused_attention, scaled_dot_product_attention
-from transformer_lab.check.engine import CHECK_DEVICES_ENV, available_devices, exact_float32
+from transformer_lab.check.devices import CHECK_DEVICES_ENV, available_devices, exact_float32
 from transformer_lab.gpt import sample_next
 
 matplotlib.use("Agg")

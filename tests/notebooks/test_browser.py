@@ -296,7 +296,7 @@ def test_exercise_03_wrong_then_right_split_heads(page, lab):
     assert lines[0].startswith("✗ split_heads: check failed"), text
     assert lines[1].startswith("Likely mistake: you reshaped (B, L, d_model) straight"), text
     assert "Case: x (2, 3, 8), n_heads=2" in text
-    assert "engine.py" not in text and "Traceback" not in text and "---->" not in text
+    assert "exercise.py" not in text and "Traceback" not in text and "---->" not in text
     logical = [line for line in lines if not line.startswith("  ")]  # wrapped lines continue
     assert len(logical) <= 6 and len(lines) <= 9, text
     _shot(page, "exercise03_failed_check", test)
@@ -312,7 +312,7 @@ def test_exercise_03_wrong_then_right_split_heads(page, lab):
         r"Cell In\[\d+\], line 3, in split_heads\s+heads = x.view\(B, L, n_heads, d_model\)  # my line",
         text,
     ), text
-    assert "Case: x (2, 3, 8), n_heads=2" in text and "engine.py" not in text
+    assert "Case: x (2, 3, 8), n_heads=2" in text and "exercise.py" not in text
     _shot(page, "exercise03_crashing_code", test)
 
     _type_into(page, solution, RIGHT)

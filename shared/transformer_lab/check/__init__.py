@@ -1,28 +1,30 @@
-"""The engine behind every test cell: compare the student's code with the reference.
+"""The checks behind every test cell: compare the student's code with the reference.
 
 A test cell calls ``check.<name>(<name>)``, e.g. ``check.scaled_dot_product_attention(
 scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
 
-- ``engine``: ``Exercise`` and ``Mistake``, tolerances, forward and gradient comparison per dtype
-  and device, ``fail`` (the one place that words a failure) and saving a passing implementation
-  into the student's package;
+- ``exercise``: ``Exercise`` (a declared exercise, which is its own check), ``Mistake``, ``Case``,
+  ``CheckFailed`` and ``fail`` (the one place that words a failure), ``Exercise.diagnose`` (the
+  catalogued mistake a wrong result matches), and practice questions (``practice``);
+- ``compare``: tolerances per dtype and device, comparing outputs and gradients;
+- ``devices``: the devices and dtypes a check runs on, and float32 without TF32;
 - ``drivers``: how an exercise is run (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``,
-  ``TrialDriver``, ``CustomDriver``) on identical inputs and weights;
+  ``RaisesDriver``, ``TrialDriver``, ``CustomDriver``) on identical inputs and weights;
 - ``forbid``: the built-ins and references switched off while the student's code runs;
 - ``feedback``: how a failed check looks in a notebook (a short message, the student's own frames;
   one line for an exercise not written yet);
-- ``lessonNN``: one module per lesson declaring its exercises (each an ``Exercise``, which is
-  its own check), their cases and their catalogued mistakes; a lesson whose checks would pass
-  ~600 lines continues in ``lessonNN_<topic>`` modules (08, 09, 10).
+- ``lessonNN``: one module per lesson declaring its exercises, their cases and their catalogued
+  mistakes; a lesson whose checks would pass ~600 lines continues in ``lessonNN_<topic>`` modules
+  (08, 09, 10).
 
 The lesson modules are found, not listed: every ``lessonNN`` and ``lessonNN_<topic>`` module of
 this package is imported in name order (lesson by lesson, a lesson's own module before its
-continuations), which declares its exercises in ``EXERCISES``; the ``__all__`` of a module that
-declares exercises becomes this package's (``check.<name>``), while a module that only helps the
-others (``lesson10_properties``) exports nothing here. A new lesson's check module needs no edit
-here.
+continuations), which declares its exercises in ``EXERCISES`` and its practice questions in
+``PRACTICE``. This package's ``check.<name>`` are read from those two registries, in course order:
+a new lesson's check module needs no edit here.
 
-``EXERCISES`` (also ``transformer_lab.registry.EXERCISES``) lists every exercise in course order.
+A passing check tells ``transformer_lab.registry``'s listeners (the student's package saves the
+code); this package never imports ``transformer_lab.student``, which imports it.
 Works in plain Jupyter, Colab and under nbgrader alike; nothing here needs nbgrader.
 """
 
@@ -32,6 +34,9 @@ import importlib
 import pkgutil
 import re
 
+from ..registry import EXERCISES, grading_mode
+from .compare import TOLERANCES
+from .devices import available_devices, exact_float32
 from .drivers import (
     Call,
     CustomDriver,
@@ -39,26 +44,17 @@ from .drivers import (
     Finding,
     FunctionDriver,
     ModuleDriver,
+    RaisesDriver,
+    Reject,
     TrialDriver,
 )
-from .engine import (
-    EXERCISES,
-    TOLERANCES,
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    NotWrittenYet,
-    available_devices,
-    exact_float32,
-    fail,
-    forbid,
-    grading_mode,
-)
+from .exercise import PRACTICE, CheckFailed, Exercise, Mistake, NotWrittenYet, fail
+from .forbid import ImplementThisYourself, forbid
 
 __all__ = [
     "EXERCISES",
     "LESSON_MODULES",
+    "PRACTICE",
     "TOLERANCES",
     "Call",
     "CheckFailed",
@@ -71,6 +67,8 @@ __all__ = [
     "Mistake",
     "ModuleDriver",
     "NotWrittenYet",
+    "RaisesDriver",
+    "Reject",
     "TrialDriver",
     "available_devices",
     "exact_float32",
@@ -88,8 +86,8 @@ LESSON_MODULES = sorted(
 lesson09, ..."""
 
 for _name in LESSON_MODULES:
-    _lesson = importlib.import_module(f"{__name__}.{_name}")
-    _exports = {name: getattr(_lesson, name) for name in _lesson.__all__}
-    if any(isinstance(value, Exercise) for value in _exports.values()):  # not a shared helper
-        globals().update(_exports)
-        __all__ += _lesson.__all__
+    importlib.import_module(f"{__name__}.{_name}")
+
+globals().update(EXERCISES)
+globals().update(PRACTICE)
+__all__ += [*EXERCISES, *PRACTICE]

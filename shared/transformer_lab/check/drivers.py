@@ -1,36 +1,40 @@
 """Drivers: how an exercise runs the student's code and compares it with the reference.
 
 Each driver gives ``cases(thorough)``, ``run_case(ex, student_obj, case, index, setting)`` and
-``covered(thorough)``; every failure goes through ``engine.fail`` and every "Likely mistake" through
-``Exercise.diagnose`` (or TrialDriver's matching of findings).
+``covered(thorough)``; every failure goes through ``exercise.fail`` and every "Likely mistake"
+through ``Exercise.diagnose`` (or TrialDriver's matching of findings).
 
 - FunctionDriver: a function of tensors: outputs and input gradients, float64/float32, devices.
 - ModuleDriver: an nn.Module class: the reference's weights copied in, then as FunctionDriver plus
   parameter gradients.
 - ExactDriver: a result that must equal the reference's exactly (counts, masks, token ids).
+- RaisesDriver: an input the exercise must reject with an error (a ValueError that says why).
 - TrialDriver: traces and statistical properties, judged by a whole trial per case.
 - CustomDriver: anything else (a function check(ex, student_obj, thorough)).
 
-The engine's comparison helpers are looked up on the engine module at call time (``_engine.X``),
-so a patched engine behaves the same for every driver (tests/grading/test_tamper.py relies on it).
+The comparison helpers are looked up on ``check.compare`` at call time (``compare.X``), so a
+patched comparison behaves the same for every driver (tests/grading/test_tamper.py relies on it).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from . import engine as _engine
-from .engine import Case, Exercise, ImplementThisYourself, available_devices, fail, settings
+from . import compare, exercise
+from .devices import available_devices, settings
+from .exercise import Case, Exercise, fail
+from .forbid import ImplementThisYourself
 
 
 class Driver:
     """Runs one exercise: ``cases(thorough)``, ``run_case(...)`` for each, ``covered(thorough)``.
 
-    A subclass fails through `fail` (the engine's one wording place) and names a catalogued mistake
+    A subclass fails through `fail` (the one place that words a failure) and names a catalogued mistake
     through ``ex.diagnose``. ``run`` returns how many cases passed.
     """
 
@@ -76,20 +80,20 @@ class _TensorDriver(Driver):
     def compare(self, ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves):
         """Outputs first (naming a catalogued mistake if one matches), then every gradient."""
         device, dtype = setting
-        text = _engine._case_text(case, dtype, device)
-        problem = _engine._compare_outputs(expected, got, self.outputs, dtype, device)
+        text = case.text(dtype, device)
+        problem = compare.compare_outputs(expected, got, self.outputs, dtype, device)
         if problem:
-            same = lambda a, b: _engine._same(a, b, dtype, device)  # noqa: E731
+            same = lambda a, b: compare.same_within_tolerance(a, b, dtype, device)  # noqa: E731
             fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same))
-        cot = _engine._cotangents(expected, seed=7 + index)
-        ref_grads = _engine._backward(expected, cot, [v for _, v in ref_leaves])
-        stu_grads = _engine._backward(_engine._as_tuple(got), cot, [v for _, v in stu_leaves])
+        cot = compare.cotangents(expected, seed=7 + index)
+        ref_grads = compare.backward(expected, cot, [v for _, v in ref_leaves])
+        stu_grads = compare.backward(compare.as_tuple(got), cot, [v for _, v in stu_leaves])
         for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
             if rg is None:
                 continue
             if sg is None:
                 fail(ex, self.no_grad.format(key=key), text)
-            problem = _engine._compare_tensor(
+            problem = compare.compare_tensor(
                 rg, sg, f"the gradient with respect to `{key}`", dtype, device
             )
             if problem:
@@ -103,7 +107,7 @@ def _student_call(ex, student_obj, call, what: str, case_text: str | None = None
     except ImplementThisYourself:
         raise
     except NotImplementedError as err:  # an untouched stub says so in one line
-        _engine._not_implemented(ex, student_obj, err, what, case_text)
+        exercise.not_implemented(ex, student_obj, err, what, case_text)
     except Exception as err:
         fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, cause=err)
 
@@ -123,16 +127,16 @@ class FunctionDriver(_TensorDriver):
     def run_case(self, ex, student_fn, case, index, setting) -> None:
         device, dtype = setting
         base = case.make(torch.Generator().manual_seed(1000 + index))
-        ref_in = _engine._move(base, dtype, device, True)
-        expected = _engine._as_tuple(ex.reference(**ref_in))
-        stu_in = _engine._move(base, dtype, device, True)
-        text = _engine._case_text(case, dtype, device)
+        ref_in = compare.move(base, dtype, device, True)
+        expected = compare.as_tuple(ex.reference(**ref_in))
+        stu_in = compare.move(base, dtype, device, True)
+        text = case.text(dtype, device)
         got = _student_call(ex, student_fn, lambda: student_fn(**stu_in), "your function", text)
 
         def run_mistake(impl):
-            return impl(**_engine._move(base, dtype, device, False))
+            return impl(**compare.move(base, dtype, device, False))
 
-        leaves = (_engine._grad_leaves(ref_in), _engine._grad_leaves(stu_in))
+        leaves = (compare.grad_leaves(ref_in), compare.grad_leaves(stu_in))
         self.compare(ex, case, setting, expected, got, run_mistake, index, *leaves)
 
 
@@ -144,11 +148,11 @@ class ModuleDriver(_TensorDriver):
 
     def run_case(self, ex, student_cls, case, index, setting) -> None:
         device, dtype = setting
-        text = _engine._case_text(case, dtype, device)
+        text = case.text(dtype, device)
         base = case.make(torch.Generator().manual_seed(2000 + index))
         with torch.random.fork_rng(devices=[]):
             reference = ex.reference(**case.init)
-        _engine._init_parameters(reference, seed=3000 + index)
+        init_parameters(reference, seed=3000 + index)
         reference.to(device=device, dtype=dtype).eval()
         with torch.random.fork_rng(devices=[]):
             student = _student_call(
@@ -160,20 +164,20 @@ class ModuleDriver(_TensorDriver):
         _copy_weights(ex, reference, student, case)
         student.eval()
 
-        ref_in = _engine._move(base, dtype, device, True)
-        expected = _engine._as_tuple(reference(**ref_in))
-        stu_in = _engine._move(base, dtype, device, True)
+        ref_in = compare.move(base, dtype, device, True)
+        expected = compare.as_tuple(reference(**ref_in))
+        stu_in = compare.move(base, dtype, device, True)
         got = _student_call(ex, student_cls, lambda: student(**stu_in), "your forward", text)
 
         def run_mistake(impl):
             wrong = impl(**case.init)
             wrong.load_state_dict(reference.state_dict())
             wrong.to(device=device, dtype=dtype).eval()
-            return wrong(**_engine._move(base, dtype, device, False))
+            return wrong(**compare.move(base, dtype, device, False))
 
         stu_params = dict(student.named_parameters())
-        ref_leaves = _engine._grad_leaves(ref_in) + list(reference.named_parameters())
-        stu_leaves = _engine._grad_leaves(stu_in) + [
+        ref_leaves = compare.grad_leaves(ref_in) + list(reference.named_parameters())
+        stu_leaves = compare.grad_leaves(stu_in) + [
             (k, stu_params[k]) for k, _ in reference.named_parameters()
         ]
         self.compare(ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves)
@@ -199,7 +203,7 @@ def exactly_equal(got, expected) -> bool:
     """Exact equality: tensors by dtype, shape, device and entries; numbers by value (a bool is not
     a number); anything else by ==."""
     if isinstance(expected, torch.Tensor) or isinstance(got, torch.Tensor):
-        return _engine._identical(got, expected)
+        return compare.identical(got, expected)
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         return isinstance(got, (int, float)) and not isinstance(got, bool) and got == expected
     try:  # e.g. a NumPy array against a list: an ambiguous truth value is not equality
@@ -244,6 +248,73 @@ class ExactDriver(Driver):
         if self.describe is not None:
             fail(ex, self.describe(expected, got), text, mistake)
         fail(ex, f"{text} returned {got!r}, expected {expected}", mistake=mistake)
+
+
+def shape_or_type(value) -> str:
+    """How a rejection check names what came back instead of an error: a tensor's shape, else the
+    type's name."""
+    return str(tuple(value.shape)) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One input an exercise must reject (for RaisesDriver): `call(impl)` runs an implementation
+    on it, `label` names it in a failure (the case line)."""
+
+    label: str
+    call: Callable
+
+
+class RaisesDriver(Driver):
+    """Inputs the exercise must reject by raising `error` (a ValueError that says what is wrong).
+
+    `cases(thorough)` gives Reject objects. Another exception fails as "<what> raised <Error>:
+    <message>" (with the student's line); a result fails as "<what> returned <shown(result)>
+    instead of raising <error>". The mistake that does the same (raises the same other kind of
+    error, or returns) is named. `what` is "your function" or "your module".
+    """
+
+    def __init__(
+        self,
+        cases: Callable[[bool], list[Reject]],
+        what: str = "your function",
+        error: type[Exception] = ValueError,
+        shown: Callable[[object], str] = shape_or_type,
+        covered: str = "every input it must reject",
+    ):
+        self._cases, self.what, self.error = cases, what, error
+        self.shown, self._covered = shown, covered
+
+    def cases(self, thorough: bool) -> list[Reject]:
+        return self._cases(thorough)
+
+    def covered(self, thorough: bool) -> str:
+        return self._covered
+
+    def outcome(self, impl, case: Reject) -> tuple[str, object]:
+        """What `impl` does on `case`: (the error's name, None), ("raised", the other exception)
+        or ("returned", the result). A refusal or an unwritten stub goes through."""
+        try:
+            out = case.call(impl)
+        except (ImplementThisYourself, NotImplementedError):
+            raise
+        except self.error:
+            return self.error.__name__, None
+        except Exception as err:
+            return "raised", err
+        return "returned", out
+
+    def run_case(self, ex, student_obj, case: Reject, index, setting) -> None:
+        expected = self.error.__name__
+        kind, what = ex.run_student(student_obj, lambda: self.outcome(student_obj, case))
+        if kind == expected:
+            return
+        mistake = ex.diagnose(lambda impl: self.outcome(impl, case)[0], kind, expected, str.__eq__)
+        if kind == "raised":
+            problem = f"{self.what} raised {type(what).__name__}: {what}"
+            fail(ex, problem, case.label, mistake, what)
+        problem = f"{self.what} returned {self.shown(what)} instead of raising {expected}"
+        fail(ex, problem, case.label, mistake)
 
 
 @dataclass(frozen=True)
@@ -336,6 +407,15 @@ class CustomDriver(Driver):
 
 # ----------------------------------------------------------------------------------------------
 # Module weights: the reference's random parameters, copied into the student's module.
+
+
+def init_parameters(module: nn.Module, seed: int) -> None:
+    """Fill every parameter from the check's own generator (independent of the global seed)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            fan_in = p.shape[-1] if p.dim() > 1 else p.shape[0]
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
 
 
 def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: Case) -> None:

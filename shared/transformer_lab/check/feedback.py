@@ -20,7 +20,7 @@ mid-word), never inside a word or a `code` span.
 
 An exercise not written yet (nbgrader's stub, ``raise NotImplementedError()``, reached by the
 check) is one line, ``✗ `online_softmax` is not written yet: fill in the cell above.`` (see
-:func:`unwritten`; the engine raises ``NotWrittenYet``).
+:func:`unwritten`; ``check.exercise`` raises ``NotWrittenYet``).
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]
 
 def render(err: BaseException) -> list[str]:
     """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
-    if getattr(err, "unwritten", False):  # NotWrittenYet (check/engine.py): one line
+    if getattr(err, "unwritten", False):  # NotWrittenYet (check/exercise.py): one line
         return [
             f"{ANSI_RED}{HEADLINE_MARK}{ANSI_RESET}{line}" if i == 0 else line
             for i, line in enumerate(wrap(str(err), WIDTH - len(HEADLINE_MARK)))

@@ -7,8 +7,8 @@ import math
 import torch
 
 from .. import rnn as _rnn
-from .drivers import Call, CustomDriver, ExactDriver, ModuleDriver
-from .engine import Case, Exercise, ImplementThisYourself, Mistake, fail
+from .drivers import Call, CustomDriver, ExactDriver, ModuleDriver, RaisesDriver, Reject
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["RNN", "sequential_steps"]
 
@@ -175,48 +175,23 @@ def _steps_cases(thorough: bool) -> list[Call]:
     return [Call((kind, n), {"kernel_size": k}) for kind, n, k in grid]
 
 
-def _unknown_kinds(thorough: bool) -> list[tuple[str, int]]:
+def _unknown_kinds(thorough: bool) -> list[Reject]:
     kinds = [("transformer", 8)]  # the stated ValueError, visible
     if thorough:
         kinds += [("RNN", 4), ("cnn", 10), ("", 1)]
-    return kinds
-
-
-def _rejects(impl, kind, n) -> tuple[str, object]:
-    """What impl(kind, n) does with an unknown kind: ("ValueError", None), ("raised", the
-    exception) or ("returned", the result)."""
-    try:
-        out = impl(kind, n)
-    except (ImplementThisYourself, NotImplementedError):
-        raise
-    except ValueError:
-        return "ValueError", None
-    except Exception as err:
-        return "raised", err
-    return "returned", out
+    return [
+        Reject(
+            f"sequential_steps({kind!r}, {n}) (an unknown kind)",
+            lambda impl, kind=kind, n=n: impl(kind, n),
+        )
+        for kind, n in kinds
+    ]
 
 
 def _check_steps(ex: Exercise, student_fn, thorough: bool):
     """Every (kind, n, kernel_size) exactly, then a ValueError for an unknown kind."""
-    driver = ExactDriver(_steps_cases)
-    n = driver.run(ex, student_fn, thorough)
-    for kind, length in _unknown_kinds(thorough):
-        label = f"sequential_steps({kind!r}, {length}) (an unknown kind)"
-        outcome, what = ex.run_student(
-            student_fn, lambda kind=kind, length=length: _rejects(student_fn, kind, length)
-        )
-        n += 1
-        if outcome == "ValueError":
-            continue
-        mistake = ex.diagnose(
-            lambda impl, kind=kind, length=length: _rejects(impl, kind, length)[0],
-            outcome,
-            "ValueError",
-            str.__eq__,
-        )
-        if outcome == "raised":
-            fail(ex, f"your function raised {type(what).__name__}: {what}", label, mistake, what)
-        fail(ex, f"your function returned {what!r} instead of raising ValueError", label, mistake)
+    n = ExactDriver(_steps_cases).run(ex, student_fn, thorough)
+    n += RaisesDriver(_unknown_kinds, shown=repr).run(ex, student_fn, thorough)
     return n, "every kind, length and kernel size; ValueError for an unknown kind"
 
 

@@ -7,17 +7,10 @@ import math
 import torch
 
 from .. import attention as _attention
-from .drivers import CustomDriver, FunctionDriver, ModuleDriver
-from .engine import (
-    Case,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    compare_tensor,
-    fail,
-    init_parameters,
-    same_within_tolerance,
-)
+from .compare import compare_tensor, same_within_tolerance
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver, init_parameters
+from .exercise import Case, Exercise, Mistake, fail
+from .forbid import ImplementThisYourself
 
 __all__ = ["SelfAttention", "scaled_dot_product_attention"]
 

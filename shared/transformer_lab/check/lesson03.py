@@ -8,7 +8,7 @@ import torch
 
 from .. import multihead as _multihead
 from .drivers import FunctionDriver, ModuleDriver
-from .engine import Case, Exercise, Mistake
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["MultiHeadAttention", "merge_heads", "split_heads"]
 

@@ -6,16 +6,10 @@ from __future__ import annotations
 import torch
 
 from .. import positional as _positional
-from .drivers import CustomDriver, FunctionDriver, ModuleDriver
-from .engine import (
-    TOLERANCES,
-    Case,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    compare_tensor,
-    fail,
-)
+from .compare import TOLERANCES, compare_tensor
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver, RaisesDriver, Reject
+from .exercise import Case, Exercise, Mistake, fail
+from .forbid import ImplementThisYourself
 
 __all__ = ["LearnedPositionalEmbedding", "rotary_embedding", "sinusoidal_positional_encoding"]
 
@@ -234,56 +228,28 @@ def _learned_out_of_range_cases(thorough: bool) -> list[tuple[int, tuple[int, ..
     return cases
 
 
-def _out_of_range(cls, n_positions, x, offset) -> tuple[str, object]:
-    """What cls(n_positions, d).forward does past its table: ("ValueError", None), ("raised",
-    the exception) or ("returned", the result)."""
-    try:
-        out = cls(n_positions, x.shape[-1])(x, offset)
-    except (ImplementThisYourself, NotImplementedError):
-        raise
-    except ValueError:
-        return "ValueError", None
-    except Exception as err:
-        return "raised", err
-    return "returned", out
-
-
-def _check_learned_rejects(ex: Exercise, student_cls, thorough: bool) -> int:
-    cases = _learned_out_of_range_cases(thorough)
-    for n, (n_positions, shape, offset) in enumerate(cases):
+def _learned_rejects(thorough: bool) -> list[Reject]:
+    rejects = []
+    for n, (n_positions, shape, offset) in enumerate(_learned_out_of_range_cases(thorough)):
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(7000 + n))
         last = offset + shape[-2] - 1
         label = (
             f"x {shape}, offset={offset}, n_positions={n_positions} (position {last} has no row: "
             f"the rows are 0 .. {n_positions - 1})"
         )
-        kind, what = ex.run_student(
-            student_cls,
-            lambda x=x, n_positions=n_positions, offset=offset: _out_of_range(
-                student_cls, n_positions, x, offset
-            ),
-        )
-        if kind == "ValueError":
-            continue
-        mistake = ex.diagnose(
-            lambda impl, x=x, n_positions=n_positions, offset=offset: _out_of_range(
-                impl, n_positions, x, offset
-            )[0],
-            kind,
-            "ValueError",
-            str.__eq__,
-        )
-        if kind == "raised":
-            fail(ex, f"your module raised {type(what).__name__}: {what}", label, mistake, what)
-        got = tuple(what.shape) if isinstance(what, torch.Tensor) else type(what).__name__
-        fail(ex, f"your module returned {got} instead of raising ValueError", label, mistake)
-    return len(cases)
+        rejects.append(Reject(label, _past_the_table(n_positions, x, offset)))
+    return rejects
+
+
+def _past_the_table(n_positions: int, x: torch.Tensor, offset: int):
+    """Run a class cls(n_positions, d) on x at `offset` (a Reject's call)."""
+    return lambda cls: cls(n_positions, x.shape[-1])(x, offset)
 
 
 def _check_learned(ex: Exercise, student_cls, thorough: bool):
     """The reference comparison (weights copied in), then the ValueError past the table."""
     n = ModuleDriver(_learned_cases, outputs=("output",)).run(ex, student_cls, thorough)
-    n += _check_learned_rejects(ex, student_cls, thorough)
+    n += RaisesDriver(_learned_rejects, what="your module").run(ex, student_cls, thorough)
     where = "every device" if thorough else "cpu"
     what = (
         f"forward and gradients in float64 and float32 on {where}, offsets, ValueError past "

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from .. import add_norm as _add_norm
 from .drivers import ModuleDriver
-from .engine import Case, Exercise, Mistake
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["EncoderBlock", "FeedForward", "LayerNorm"]
 

@@ -8,7 +8,7 @@ import torch
 
 from .. import masking as _masking
 from .drivers import Call, ExactDriver, exactly_equal
-from .engine import Exercise, Mistake, fail
+from .exercise import Exercise, Mistake, fail, practice
 
 __all__ = ["alpha_22", "causal_mask", "padding_mask"]
 
@@ -267,6 +267,7 @@ def _alpha_22_expected() -> float:
     return torch.softmax(masked, dim=-1)[1, 1].item()  # row 2, column 2 counting from 1
 
 
+@practice
 def alpha_22(value, thorough: bool = False) -> None:
     """Check the practice answer α_22 (a number, to within 1e-3)."""
     if value is ... or value is None:

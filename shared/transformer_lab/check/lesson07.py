@@ -8,8 +8,9 @@ import torch
 
 from .. import encoder_decoder as _ed
 from ..masking import causal_mask
+from .devices import devices
 from .drivers import Finding, ModuleDriver, TrialDriver
-from .engine import Case, Exercise, Mistake, devices
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["DecoderBlock", "greedy_decode"]
 

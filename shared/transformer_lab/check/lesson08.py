@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import gpt as _gpt
+from .devices import devices
 from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
-from .engine import Case, Exercise, Mistake, devices, fail
+from .exercise import Case, Exercise, Mistake, fail, practice
 
 __all__ = ["lm_loss", "next_token_probs", "practice_transformers", "shift_targets"]
 
@@ -570,6 +571,7 @@ def _practice_mistakes() -> dict[str, Mistake]:
     }
 
 
+@practice
 def practice_transformers(value, thorough: bool = False) -> None:
     """Check the practice answer: the letter of the correct statement (A, B, C or D)."""
     if value is ... or value is None:

@@ -17,17 +17,11 @@ import torch
 
 from .. import gpt as _gpt
 from ..multihead import KVCache as _RefKVCache
-from .drivers import Finding, TrialDriver
-from .engine import (
-    CheckFailed,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    compare_tensor,
-    init_parameters,
-    same_within_tolerance,
-    settings,
-)
+from .compare import compare_tensor, same_within_tolerance
+from .devices import settings
+from .drivers import Finding, TrialDriver, init_parameters
+from .exercise import CheckFailed, Exercise, Mistake
+from .forbid import ImplementThisYourself
 
 __all__ = ["KVCache"]
 

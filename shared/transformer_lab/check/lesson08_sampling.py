@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import gpt as _gpt
+from .devices import settings
 from .drivers import Finding, TrialDriver
-from .engine import Exercise, Mistake, settings
+from .exercise import Exercise, Mistake
 
 __all__ = ["sample_next"]
 

@@ -35,8 +35,9 @@ import math
 import torch
 
 from .. import bert as _bert
+from .devices import devices
 from .drivers import Finding, TrialDriver
-from .engine import Exercise, Mistake, devices
+from .exercise import Exercise, Mistake
 
 __all__ = ["bert_mask_tokens"]
 

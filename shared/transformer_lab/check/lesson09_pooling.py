@@ -12,7 +12,7 @@ import torch
 
 from .. import bert as _bert
 from .drivers import FunctionDriver
-from .engine import Case, Exercise, Mistake
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["mean_pool"]
 

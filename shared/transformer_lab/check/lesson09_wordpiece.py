@@ -15,7 +15,8 @@ import torch
 
 from .. import bert as _bert
 from .drivers import Finding, TrialDriver
-from .engine import Exercise, Mistake, forbid
+from .exercise import Exercise, Mistake
+from .forbid import forbid
 
 __all__ = ["wordpiece_tokenize"]
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 import torch
 
 from .. import bart as _bart
-from .engine import Exercise, Mistake
+from .exercise import Exercise, Mistake
 from .lesson10_properties import (
     Broken,
     direct,

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import torch
 
+from .devices import available_devices
 from .drivers import Finding, TrialDriver
-from .engine import available_devices
 
 __all__ = [
     "FALSE_FAILURE",

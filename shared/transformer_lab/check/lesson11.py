@@ -6,17 +6,11 @@ import torch
 import torch.nn.functional as F
 
 from .. import vit as _vit
-from .drivers import CustomDriver, FunctionDriver, ModuleDriver
-from .engine import (
-    Case,
-    Exercise,
-    ImplementThisYourself,
-    Mistake,
-    compare_tensor,
-    exact_float32,
-    fail,
-    settings,
-)
+from .compare import compare_tensor
+from .devices import exact_float32, settings
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver, RaisesDriver, Reject
+from .exercise import Case, Exercise, Mistake, fail
+from .forbid import ImplementThisYourself
 
 __all__ = ["ViTEmbedding", "cls_attention_map", "patchify"]
 
@@ -190,23 +184,9 @@ def _indivisible_cases(thorough: bool) -> list[tuple[tuple[int, ...], int]]:
     return cases
 
 
-def _rejection(impl, images, p) -> tuple[str, object]:
-    """What impl does with an image p does not divide: ("ValueError", None), ("raised", the
-    exception) or ("returned", the result)."""
-    try:
-        out = impl(images=images, patch_size=p)
-    except (ImplementThisYourself, NotImplementedError):
-        raise
-    except ValueError:
-        return "ValueError", None
-    except Exception as err:
-        return "raised", err
-    return "returned", out
-
-
-def _check_rejects_indivisible(ex: Exercise, student_fn, thorough: bool) -> int:
-    cases = _indivisible_cases(thorough)
-    for n, (shape, p) in enumerate(cases):
+def _indivisible_rejects(thorough: bool) -> list[Reject]:
+    rejects = []
+    for n, (shape, p) in enumerate(_indivisible_cases(thorough)):
         images = torch.randn(*shape, generator=torch.Generator().manual_seed(6000 + n))
         H, W = shape[2:]
         bad = " and ".join(
@@ -215,24 +195,15 @@ def _check_rejects_indivisible(ex: Exercise, student_fn, thorough: bool) -> int:
             if size % p
         )
         label = f"images {shape}, patch_size={p} ({bad})"
-        kind, what = ex.run_student(student_fn, lambda x=images, p=p: _rejection(student_fn, x, p))
-        if kind == "ValueError":
-            continue
-        mistake = ex.diagnose(
-            lambda impl, x=images, p=p: _rejection(impl, x, p)[0], kind, "ValueError", str.__eq__
-        )
-        if kind == "raised":
-            fail(ex, f"your function raised {type(what).__name__}: {what}", label, mistake, what)
-        got = tuple(what.shape) if isinstance(what, torch.Tensor) else type(what).__name__
-        fail(ex, f"your function returned {got} instead of raising ValueError", label, mistake)
-    return len(cases)
+        rejects.append(Reject(label, lambda impl, x=images, p=p: impl(images=x, patch_size=p)))
+    return rejects
 
 
 def _check_patchify(ex: Exercise, student_fn, thorough: bool):
     """The reference comparison, then the Conv2d equivalence, then the ValueError."""
     n = FunctionDriver(_patchify_cases, outputs=("patches",)).run(ex, student_fn, thorough)
     n += _check_conv_equivalence(ex, student_fn, thorough)
-    n += _check_rejects_indivisible(ex, student_fn, thorough)
+    n += RaisesDriver(_indivisible_rejects).run(ex, student_fn, thorough)
     where = "every device" if thorough else "cpu"
     what = (
         f"forward and gradients in float64 and float32 on {where}, equal to a Conv2d(kernel=stride=p) "

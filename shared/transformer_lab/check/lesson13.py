@@ -10,7 +10,7 @@ import torch
 
 from .. import clip as _clip
 from .drivers import FunctionDriver
-from .engine import Case, Exercise, Mistake
+from .exercise import Case, Exercise, Mistake
 
 __all__ = ["clip_loss", "zero_shot_classify"]
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass
 class Module:
-    name: str  # dotted: transformer_lab.check.engine
+    name: str  # dotted: transformer_lab.check.exercise
     path: Path
 
     @property

@@ -241,6 +241,15 @@ def test_mutant_cases_without_padding_miss_a_hard_coded_causal_mask(monkeypatch)
     assert check.EncoderBlock(BlockCausalAlways, thorough=True) is None
 
 
+def test_swapped_norms_are_named_by_the_visible_check():
+    """norm1 and norm2 swapped (post-norm and pre-norm): the check gives the two norms different
+    weights, so the swap changes the output and the check a student runs names it."""
+    mistake = check.EXERCISES["EncoderBlock"].mistake("norms-swapped")
+    with pytest.raises(check.CheckFailed) as info:
+        check.EncoderBlock(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
 def test_mutant_cases_with_only_post_norm_miss_the_norm_first_mistakes(monkeypatch):
     original = lesson05._block_cases
 

@@ -46,7 +46,7 @@ def _softmax_blocks(scores, block_size, bug=""):
             e = torch.exp(x - safe(x.amax(-1))[..., None])
             parts.append(e / e.sum(-1, keepdim=True))
             continue
-        m_new = torch.maximum(m, x.amax(-1))
+        m_new = x.amax(-1) if bug == "block-max" else torch.maximum(m, x.amax(-1))
         alpha = 1.0 if bug == "sum-not-rescaled" else torch.exp(safe(m) - safe(m_new))
         against = m if bug == "stale-max" else m_new
         row_sum = row_sum * alpha + torch.exp(x - safe(against)[..., None]).sum(-1)
@@ -289,6 +289,12 @@ online_softmax = Exercise(
             "a block whose scores are all −inf leaves the running max at −inf, and "
             "exp(m − m′) = exp(−inf + inf) is NaN: use 0 in place of a max that is still −inf.",
             _softmax_bug("unguarded-max"),
+        ),
+        Mistake(
+            "block-max",
+            "the max is each block's own, not a running one: m′ = max(m, max(block)). A block "
+            "smaller than an earlier one then makes exp(m − m′) and exp(x − m) overflow.",
+            _softmax_bug("block-max"),
         ),
         Mistake(
             "whole-row",

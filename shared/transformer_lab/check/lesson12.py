@@ -92,7 +92,7 @@ def _tiled(q, k, v, mask, block_size, bug=""):
             m = s.new_full(s.shape[:-1], _NEG_INF)
             row_sum = s.new_zeros(s.shape[:-1])
             o = s.new_zeros((*s.shape[:-1], v.shape[-1]))
-        m_new = torch.maximum(m, s.amax(-1))
+        m_new = s.amax(-1) if bug == "block-max" else torch.maximum(m, s.amax(-1))
         alpha = torch.exp(safe(m) - safe(m_new))
         if bug == "rescale-after-update":
             alpha = torch.exp(safe(m_new) - safe(m_new))
@@ -499,6 +499,12 @@ tiled_attention = Exercise(
             "the block's probabilities use the max from before the block (stale): compute "
             "m′ = max(m, rowmax(s)) first, then p = exp(s − m′).",
             _tiled_bug("stale-max"),
+        ),
+        Mistake(
+            "block-max",
+            "the max is each block's own, not a running one: m′ = max(m, max(block)). A block "
+            "smaller than an earlier one then makes exp(m − m′) and exp(s − m) overflow.",
+            _tiled_bug("block-max"),
         ),
         Mistake(
             "no-final-normalisation",

@@ -115,6 +115,7 @@ def test_catalogues_have_at_least_three_mistakes_each():
         ("scaled_dot_product_attention", "mask-inverted-nan"),
         ("RNN", "no-tanh"),
         ("RNN", "records-previous-state"),
+        ("RNN", "stacked-time-first"),
         ("SelfAttention", "q-k-swapped"),
     ],
 )

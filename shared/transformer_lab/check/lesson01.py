@@ -53,6 +53,14 @@ class _RNNRecordsPrevious(_rnn.RNN):
         return torch.stack(outs, 1), h
 
 
+class _RNNTimeFirst(_rnn.RNN):
+    """torch.stack's default axis 0: outputs (L, B, d_hidden) instead of (B, L, d_hidden)."""
+
+    def forward(self, x, h0=None):
+        out, h = super().forward(x, h0)
+        return out.transpose(0, 1), h
+
+
 class _RNNBackwards(_rnn.RNN):
     def forward(self, x, h0=None):
         out, h = super().forward(x.flip(1), h0)
@@ -129,6 +137,12 @@ RNN = Exercise(
             "each step records the state before its update, h_{t-1}: outputs[:, t] must be h_t, "
             "the new state, so append h after computing it.",
             _RNNRecordsPrevious,
+        ),
+        Mistake(
+            "stacked-time-first",
+            "the outputs are stacked along axis 0, giving (L, B, d_hidden): stack the steps "
+            "along axis 1, torch.stack(outputs, dim=1), for (B, L, d_hidden).",
+            _RNNTimeFirst,
         ),
     ],
     driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),

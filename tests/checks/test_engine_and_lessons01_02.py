@@ -114,7 +114,11 @@ def test_catalogues_have_at_least_three_mistakes_each():
         ("scaled_dot_product_attention", "no-scale"),
         ("scaled_dot_product_attention", "softmax-query-axis"),
         ("scaled_dot_product_attention", "mask-after-softmax"),
+        ("scaled_dot_product_attention", "scale-by-sqrt-d_v"),  # a visible case has d_v != d_k
+        ("scaled_dot_product_attention", "mask-inverted-nan"),
         ("RNN", "no-tanh"),
+        ("RNN", "records-previous-state"),
+        ("RNN", "stacked-time-first"),
         ("SelfAttention", "q-k-swapped"),
     ],
 )

@@ -233,6 +233,16 @@ def test_visible_cases_cover_the_stated_rules():
     assert "(2, 3, 6, 8)" in info.value.case
 
 
+@pytest.mark.parametrize("key", ["sin-then-cos-halves", "positions-from-one", "sin-cos-swapped"])
+def test_table_layout_mistakes_are_named_by_the_visible_check(key):
+    """Students' table mistakes (sines and cosines in two halves, positions counted from 1) are
+    named already by the check a student runs, not only by the hidden one."""
+    mistake = check.EXERCISES["sinusoidal_positional_encoding"].mistake(key)
+    with pytest.raises(CheckFailed) as info:
+        check.sinusoidal_positional_encoding(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
 # ---------------------------------------------------------------------------------------------
 # LearnedPositionalEmbedding
 

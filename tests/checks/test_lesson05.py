@@ -241,6 +241,16 @@ def test_mutant_cases_without_padding_miss_a_hard_coded_causal_mask(monkeypatch)
     assert check.EncoderBlock(BlockCausalAlways, thorough=True) is None
 
 
+@pytest.mark.parametrize("key", ["norms-swapped", "ffn-reads-block-input"])
+def test_block_wiring_mistakes_are_named_by_the_visible_check(key):
+    """norm1 and norm2 swapped (the check gives the two norms different weights, so the swap
+    changes the output), or the FFN fed the block's input: named by the check a student runs."""
+    mistake = check.EXERCISES["EncoderBlock"].mistake(key)
+    with pytest.raises(check.CheckFailed) as info:
+        check.EncoderBlock(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
 def test_mutant_cases_with_only_post_norm_miss_the_norm_first_mistakes(monkeypatch):
     original = lesson05._block_cases
 

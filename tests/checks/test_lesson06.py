@@ -126,6 +126,16 @@ def test_pad_id_other_than_zero_is_in_the_visible_check():
         check.padding_mask(mistake.impl)
 
 
+@pytest.mark.parametrize("key", ["flat-shape", "three-axes", "query-axis"])
+def test_mask_shape_mistakes_are_named_by_the_visible_check(key):
+    """(B, L), (B, 1, L) and (B, 1, L, 1) instead of (B, 1, 1, L): each named where a student
+    first sees it."""
+    mistake = check.EXERCISES["padding_mask"].mistake(key)
+    with pytest.raises(check.CheckFailed) as info:
+        check.padding_mask(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
 def test_every_padding_case_has_padding_and_a_real_token():
     for seed, (B, L, pad_id) in enumerate([(2, 5, 0), (3, 4, 1), (4, 7, 2)]):
         tokens = lesson06._token_batch(seed, B, L, pad_id)

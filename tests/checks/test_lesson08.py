@@ -134,9 +134,11 @@ def test_catalogued_mistake_is_named(name, key):
     assert f"Likely mistake: {mistake.sentence}" in str(info.value)
 
 
-def test_log_of_softmax_fails_the_visible_check():
+@pytest.mark.parametrize("key", ["log-of-softmax", "log-of-softmax-inf"])
+def test_log_of_softmax_fails_the_visible_check(key):
     # The task states that log(softmax) underflows for large logits: a visible case has them.
-    mistake = check.EXERCISES["lm_loss"].mistake("log-of-softmax")
+    # Either way a student writes it (masked by multiplying: NaN; kept positions only: inf).
+    mistake = check.EXERCISES["lm_loss"].mistake(key)
     with pytest.raises(check.CheckFailed, match="logits of size ~1000") as info:
         check.lm_loss(mistake.impl)
     assert info.value.mistake == mistake.sentence

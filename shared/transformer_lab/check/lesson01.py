@@ -41,6 +41,26 @@ class _RNNIgnoresH0(_rnn.RNN):
         return super().forward(x, None)
 
 
+class _RNNRecordsPrevious(_rnn.RNN):
+    """Records h_{t-1}, the state before the update, as step t's output."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            outs.append(h)
+            h = torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h))
+        return torch.stack(outs, 1), h
+
+
+class _RNNTimeFirst(_rnn.RNN):
+    """torch.stack's default axis 0: outputs (L, B, d_hidden) instead of (B, L, d_hidden)."""
+
+    def forward(self, x, h0=None):
+        out, h = super().forward(x, h0)
+        return out.transpose(0, 1), h
+
+
 class _RNNBackwards(_rnn.RNN):
     def forward(self, x, h0=None):
         out, h = super().forward(x.flip(1), h0)
@@ -111,6 +131,18 @@ RNN = Exercise(
             "the hidden state is not carried from step to step: every step must feed the previous "
             "step's h into w_hh (assign h = tanh(...) inside the loop).",
             _RNNNoCarry,
+        ),
+        Mistake(
+            "records-previous-state",
+            "each step records the state before its update, h_{t-1}: outputs[:, t] must be h_t, "
+            "the new state, so append h after computing it.",
+            _RNNRecordsPrevious,
+        ),
+        Mistake(
+            "stacked-time-first",
+            "the outputs are stacked along axis 0, giving (L, B, d_hidden): stack the steps "
+            "along axis 1, torch.stack(outputs, dim=1), for (B, L, d_hidden).",
+            _RNNTimeFirst,
         ),
     ],
     driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),

@@ -47,6 +47,14 @@ def _sdpa_scale_d_k(q, k, v, mask=None):
     return w @ v, w
 
 
+def _sdpa_scale_sqrt_d_v(q, k, v, mask=None):
+    s = _scores(q, k) / math.sqrt(v.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
 def _sdpa_query_axis(q, k, v, mask=None):
     s = _scores(q, k) / math.sqrt(q.shape[-1])
     if mask is not None:
@@ -67,6 +75,15 @@ def _sdpa_mask_inverted(q, k, v, mask=None):
     if mask is not None:
         s = s.masked_fill(mask, float("-inf"))
     w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_mask_inverted_nan(q, k, v, mask=None):
+    """True read as "blocked", and no guard: a row whose keys are all allowed becomes all -inf."""
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask, float("-inf"))
+    w = torch.softmax(s, -1)
     return w @ v, w
 
 
@@ -187,6 +204,12 @@ scaled_dot_product_attention = Exercise(
         Mistake("no-scale", "your scores are not divided by √d_k.", _sdpa_no_scale),
         Mistake("scale-by-d_k", "your scores are divided by d_k instead of √d_k.", _sdpa_scale_d_k),
         Mistake(
+            "scale-by-sqrt-d_v",
+            "your scores are divided by √d_v, the width of the values: the scale is √d_k, the "
+            "width of the queries and keys (q.shape[-1]).",
+            _sdpa_scale_sqrt_d_v,
+        ),
+        Mistake(
             "softmax-query-axis",
             "softmax runs over the query axis (dim=-2); it must run over the keys (dim=-1).",
             _sdpa_query_axis,
@@ -201,6 +224,13 @@ scaled_dot_product_attention = Exercise(
             "mask-inverted",
             "the mask is inverted: True means 'may attend', so fill where the mask is False (~mask).",
             _sdpa_mask_inverted,
+        ),
+        Mistake(
+            "mask-inverted-nan",
+            "the mask is read as True = 'blocked', so a query whose keys are all allowed has every "
+            "score at -inf and gets NaN: True means 'may attend', so fill where the mask is False "
+            "(scores.masked_fill(~mask, float('-inf'))).",
+            _sdpa_mask_inverted_nan,
         ),
         Mistake(
             "mask-zero",

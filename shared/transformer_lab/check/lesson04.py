@@ -17,9 +17,10 @@ __all__ = ["LearnedPositionalEmbedding", "rotary_embedding", "sinusoidal_positio
 # sinusoidal_positional_encoding(n_positions, d_model)
 
 
-def _table(n, d, freq, swap=False):
-    """Columns 2k = sin(t·freq[k]), 2k+1 = cos(t·freq[k]) (swapped when `swap`), float64."""
-    t = torch.arange(n, dtype=torch.float64)[:, None]
+def _table(n, d, freq, swap=False, first_position=0):
+    """Columns 2k = sin(t·freq[k]), 2k+1 = cos(t·freq[k]) (swapped when `swap`), float64, for
+    t = first_position, first_position + 1, ..."""
+    t = torch.arange(first_position, first_position + n, dtype=torch.float64)[:, None]
     angles = t * freq[None, :]
     pe = torch.zeros(n, d, dtype=torch.float64)
     first, second = (torch.cos, torch.sin) if swap else (torch.sin, torch.cos)
@@ -54,6 +55,18 @@ def _pe_per_column(n_positions, d_model):
     angles = t * 10000.0 ** (-j / d_model)
     pe = torch.where(j.long() % 2 == 0, torch.sin(angles), torch.cos(angles))
     return pe.to(torch.get_default_dtype())
+
+
+def _pe_halves(n_positions, d_model):
+    """All the sines in the first half of the columns, all the cosines in the second."""
+    t = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    angles = t * 10000.0 ** (-_pairs(d_model) / d_model)
+    pe = torch.cat([torch.sin(angles), torch.cos(angles)[:, : d_model // 2]], -1)
+    return pe.to(torch.get_default_dtype())
+
+
+def _pe_from_one(n_positions, d_model):
+    return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d_model), first_position=1)
 
 
 def _pe_odd_rounded_up(n_positions, d_model):
@@ -149,6 +162,18 @@ sinusoidal_positional_encoding = Exercise(
             "odd d_model is mishandled: keep d_model itself in ω_k = 10000^(−2k/d_model) and "
             "let the last sin column have no cos partner.",
             _pe_odd_rounded_up,
+        ),
+        Mistake(
+            "sin-then-cos-halves",
+            "the sines fill the first half of the columns and the cosines the second: the two "
+            "interleave, column 2k is sin(t·ω_k) and column 2k+1 is cos(t·ω_k).",
+            _pe_halves,
+        ),
+        Mistake(
+            "positions-from-one",
+            "your positions start at 1: row t of the table is position t, from t = 0 (row 0 is "
+            "sin 0 = 0 and cos 0 = 1).",
+            _pe_from_one,
         ),
     ],
     driver=CustomDriver(_check_sinusoidal),

@@ -313,6 +313,28 @@ class _BlockSharedNorm(_add_norm.EncoderBlock):
         return self.norm1(x + self.ffn(x))
 
 
+class _BlockNormsSwapped(_add_norm.EncoderBlock):
+    """norm2 on the attention sub-layer, norm1 on the feed-forward one."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.self_attn(self.norm2(x), mask=mask)
+            return x + self.ffn(self.norm1(x))
+        x = self.norm2(x + self.self_attn(x, mask=mask))
+        return self.norm1(x + self.ffn(x))
+
+
+class _BlockFFNReadsInput(_add_norm.EncoderBlock):
+    """The FFN sub-layer reads the block's input x instead of the attention sub-layer's output."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = x + self.self_attn(self.norm1(x), mask=mask)
+            return h + self.ffn(self.norm2(x))
+        h = self.norm1(x + self.self_attn(x, mask=mask))
+        return self.norm2(h + self.ffn(x))
+
+
 def _block_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_model, n_heads, d_ff, norm_first, mask=None):
         def make(g):
@@ -393,6 +415,18 @@ EncoderBlock = Exercise(
             "shared-norm",
             "norm1 is used for both sub-layers: the FFN's sub-layer has its own norm2.",
             _BlockSharedNorm,
+        ),
+        Mistake(
+            "norms-swapped",
+            "norm1 and norm2 are swapped: norm1 belongs to the attention sub-layer and norm2 to "
+            "the feed-forward one (their weights differ once trained or loaded).",
+            _BlockNormsSwapped,
+        ),
+        Mistake(
+            "ffn-reads-block-input",
+            "the feed-forward sub-layer reads the block's input x: it must read the attention "
+            "sub-layer's result, so the two sub-layers run one after the other.",
+            _BlockFFNReadsInput,
         ),
     ],
     driver=ModuleDriver(_block_cases, outputs=("output",)),

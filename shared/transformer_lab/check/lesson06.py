@@ -131,6 +131,10 @@ def _padding_flat(tokens, pad_id):
     return tokens != pad_id
 
 
+def _padding_three_axes(tokens, pad_id):
+    return (tokens != pad_id)[:, None, :]
+
+
 def _padding_query_axis(tokens, pad_id):
     return (tokens != pad_id)[:, None, :, None]
 
@@ -187,6 +191,12 @@ padding_mask = Exercise(
             "the mask has shape (B, L): add two singleton axes, (B, 1, 1, L), so it "
             "broadcasts over the heads and the queries.",
             _padding_flat,
+        ),
+        Mistake(
+            "three-axes",
+            "the mask has shape (B, 1, L): it needs two singleton axes, (B, 1, 1, L). Against "
+            "scores of shape (B, h, L_q, L_k), a (B, 1, L) mask lines B up with the heads.",
+            _padding_three_axes,
         ),
         Mistake(
             "query-axis",

@@ -249,6 +249,13 @@ def _lm_log_of_softmax(logits, targets):
     return -(torch.log(p) * keep).sum() / keep.sum()
 
 
+def _lm_log_of_softmax_kept(logits, targets):
+    """log(softmax) on the kept positions only: no 0 · (-inf) = NaN, the loss is inf instead."""
+    keep = targets != IGNORE
+    log_p = torch.log(torch.softmax(logits[keep], dim=-1))
+    return -log_p.gather(-1, targets[keep][:, None]).mean()
+
+
 def _lm_cases(thorough: bool) -> list[Case]:
     def case(B, L, V, p_ignore=0.3, scale=2.0, label_extra=""):
         def make(g):
@@ -337,6 +344,13 @@ lm_loss = Exercise(
             "torch.log(torch.softmax(...)) underflows to log(0) = -inf for large logits: use "
             "torch.log_softmax, which subtracts the maximum first.",
             _lm_log_of_softmax,
+        ),
+        Mistake(
+            "log-of-softmax-inf",
+            "torch.log(torch.softmax(...)): for large logits a target's probability rounds to 0, "
+            "its log is -inf and the loss inf. Use torch.log_softmax, which subtracts the "
+            "maximum first.",
+            _lm_log_of_softmax_kept,
         ),
     ],
     driver=FunctionDriver(_lm_cases, outputs=("loss",)),

@@ -186,53 +186,20 @@ def uniform_cells(counts: Counter, cells: list, n: int, what: str, label: str, z
 # 5/27 instead of 1/6, inside every band. Summed over all cells the deviations add up.
 
 
-def _gamma_q(a: float, x: float) -> float:
-    """The regularised upper incomplete gamma function Q(a, x) = Γ(a, x) / Γ(a), x >= 0:
-    a series below a + 1, a continued fraction (modified Lentz) above (Numerical Recipes §6.2)."""
-    if x <= 0.0:
-        return 1.0
-    log_front = -x + a * math.log(x) - math.lgamma(a)
-    if x < a + 1.0:  # P(a, x) = e^-x x^a / Γ(a+1) · Σ x^k / ((a+1)...(a+k))
-        term = total = 1.0 / a
-        k = 0
-        while abs(term) > abs(total) * 1e-17 and k < 10_000:
-            k += 1
-            term *= x / (a + k)
-            total += term
-        return 1.0 - total * math.exp(log_front)
-    tiny = 1e-300
-    b = x + 1.0 - a
-    c, d = 1.0 / tiny, 1.0 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2.0
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1.0 / d
-        h *= d * c
-        if abs(d * c - 1.0) < 1e-16:
-            break
-    return math.exp(log_front) * h
-
-
 def chi_square_sf(x: float, df: int) -> float:
-    """P(X > x) for X ~ chi-square with `df` degrees of freedom."""
-    return _gamma_q(df / 2.0, x / 2.0)
+    """P(X > x) for X ~ chi-square with `df` degrees of freedom (SciPy's; imported here, so that
+    importing the checks does not pay for scipy.stats)."""
+    from scipy.stats import chi2
+
+    return float(chi2.sf(x, df))
 
 
 @functools.cache
 def chi_square_threshold(df: int, alpha: float) -> float:
-    """The x with P(X > x) = alpha, X ~ chi-square(df), by bisection (to 1e-9)."""
-    lo, hi = 0.0, float(df)
-    while chi_square_sf(hi, df) > alpha:
-        lo, hi = hi, 2.0 * hi
-    while hi - lo > 1e-9 * hi:
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if chi_square_sf(mid, df) > alpha else (lo, mid)
-    return hi
+    """The x with P(X > x) = alpha, X ~ chi-square(df)."""
+    from scipy.stats import chi2
+
+    return float(chi2.isf(alpha, df))
 
 
 def uniform_fit(counts: Counter, cells: list, n: int, what: str, label: str, key: str):

@@ -47,7 +47,7 @@ def _softmax_blocks(scores, block_size, bug=""):
             e = torch.exp(x - safe(x.amax(-1))[..., None])
             parts.append(e / e.sum(-1, keepdim=True))
             continue
-        m_new = torch.maximum(m, x.amax(-1))
+        m_new = x.amax(-1) if bug == "block-max" else torch.maximum(m, x.amax(-1))
         alpha = 1.0 if bug == "sum-not-rescaled" else torch.exp(safe(m) - safe(m_new))
         against = m if bug == "stale-max" else m_new
         row_sum = row_sum * alpha + torch.exp(x - safe(against)[..., None]).sum(-1)
@@ -93,7 +93,7 @@ def _tiled(q, k, v, mask, block_size, bug=""):
             m = s.new_full(s.shape[:-1], _NEG_INF)
             row_sum = s.new_zeros(s.shape[:-1])
             o = s.new_zeros((*s.shape[:-1], v.shape[-1]))
-        m_new = torch.maximum(m, s.amax(-1))
+        m_new = s.amax(-1) if bug == "block-max" else torch.maximum(m, s.amax(-1))
         alpha = torch.exp(safe(m) - safe(m_new))
         if bug == "rescale-after-update":
             alpha = torch.exp(safe(m_new) - safe(m_new))
@@ -290,6 +290,12 @@ online_softmax = Exercise(
             "a block whose scores are all −inf leaves the running max at −inf, and "
             "exp(m − m′) = exp(−inf + inf) is NaN: use 0 in place of a max that is still −inf.",
             _softmax_bug("unguarded-max"),
+        ),
+        Mistake(
+            "block-max",
+            "the max is each block's own, not a running one: m′ = max(m, max(block)). A block "
+            "smaller than an earlier one then makes exp(m − m′) and exp(x − m) overflow.",
+            _softmax_bug("block-max"),
         ),
         Mistake(
             "whole-row",
@@ -494,6 +500,12 @@ tiled_attention = Exercise(
             "the block's probabilities use the max from before the block (stale): compute "
             "m′ = max(m, rowmax(s)) first, then p = exp(s − m′).",
             _tiled_bug("stale-max"),
+        ),
+        Mistake(
+            "block-max",
+            "the max is each block's own, not a running one: m′ = max(m, max(block)). A block "
+            "smaller than an earlier one then makes exp(m − m′) and exp(s − m) overflow.",
+            _tiled_bug("block-max"),
         ),
         Mistake(
             "no-final-normalisation",

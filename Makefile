@@ -61,7 +61,7 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
-	  $(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	  $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -229,7 +229,7 @@ def test_the_course_map_opens_without_instructor_tools(page, lab):
 
 
 def test_lecture_02_figures_are_images_and_sliders_change_the_output(page, lab):
-    panel = _open(page, lab, "lectures/02_qkv_attention.ipynb")
+    panel = _open(page, lab, "lectures/02_qkv_attention_lecture.ipynb")
     _run_all(page, panel)
     assert not _errors(panel)
     images = panel.locator(".jp-OutputArea-output img")
@@ -254,7 +254,7 @@ def test_lecture_02_figures_are_images_and_sliders_change_the_output(page, lab):
 
 
 def test_a_quick_training_loop_shows_a_progress_widget(page, lab):
-    panel = _open(page, lab, "lectures/03_multihead_attention.ipynb")
+    panel = _open(page, lab, "lectures/03_multihead_attention_lecture.ipynb")
     _run_all(page, panel)
     assert not _errors(panel)
     # tqdm's widget: an HBox holding the description, a progress bar and the count

@@ -102,7 +102,22 @@ def _notebook(*cells: tuple[str, str]):
 
 def test_the_lectures_exist():
     names = {p.stem for p in NOTEBOOKS}
-    assert {"00_start_here", "01_rnn_limits", "02_qkv_attention"} <= names
+    assert {"00_start_here", "01_rnn_limits_lecture", "02_qkv_attention_lecture"} <= names
+
+
+def lecture_name_problems(lectures: list[str], lessons: list[str]) -> list[str]:
+    """Lectures whose file name is not NN_topic_lecture for a lesson NN_topic (JupyterLab shows a
+    tab's file name only: a lecture named like its exercise gives two identical tabs)."""
+    allowed = {"00_start_here"} | {f"{name}_lecture" for name in lessons}
+    return sorted(set(lectures) - allowed)
+
+
+def test_every_lecture_is_named_apart_from_its_exercise():
+    assert lecture_name_problems([p.stem for p in NOTEBOOKS], LESSONS) == []
+
+
+def test_mutant_lecture_named_like_its_exercise_is_caught():
+    assert lecture_name_problems(["00_start_here", LESSONS[0]], LESSONS) == [LESSONS[0]]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -125,7 +140,7 @@ def test_start_here_maps_every_lesson_in_order():
     assert [row.split("|")[1].strip() for row in rows] == [name[:2] for name in LESSONS]
     links = relative_links(nb)
     for row, name in zip(rows, LESSONS):
-        for target in (f"{name}.ipynb", f"../exercises/{name}/{name}.ipynb"):
+        for target in (f"{name}_lecture.ipynb", f"../exercises/{name}/{name}.ipynb"):
             if name in ("01_rnn_limits", "02_qkv_attention") or (LECTURES / target).exists():
                 # written lessons are linked (whether the file is there: test_relative_links...)
                 assert f"]({target})" in row, f"link {target} from the course map"
@@ -141,7 +156,7 @@ def readme_map_problems(readme: str, lessons: list[str]) -> list[str]:
     if [row.split("|")[1].strip() for row in rows] != [name[:2] for name in lessons]:
         problems.append(f"rows {[row.split('|')[1].strip() for row in rows]}, lessons {lessons}")
     for row, name in zip(rows, lessons):
-        for target in (f"lectures/{name}.ipynb", f"exercises/{name}/{name}.ipynb"):
+        for target in (f"lectures/{name}_lecture.ipynb", f"exercises/{name}/{name}.ipynb"):
             if f"]({target})" not in row:
                 problems.append(f"the row of {name} does not link {target}")
     return problems

@@ -154,7 +154,10 @@ def test_landing_page_has_the_course_map(base, visit):
     assert visit.errors == [] and visit.outside == []
     assert page.locator("table a[href='lectures/02_qkv_attention_lecture.html']").count() == 1
     assert (
-        page.locator("nav.bd-docs-nav a[href='lectures/12_attention_at_scale_lecture.html']").count() == 1
+        page.locator(
+            "nav.bd-docs-nav a[href='lectures/12_attention_at_scale_lecture.html']"
+        ).count()
+        == 1
     )
     shot(page, "landing")
 

@@ -87,6 +87,7 @@ def test_every_notebook_has_its_badge_and_setup_cell_first(path):
     nb = nbformat.read(path, as_version=4)
     published = ns.published_path(ROOT, path)
     assert ns.badge(INFO, published) in nb.cells[0].source  # lecture, or the exercise itself
+    assert ns.BADGE_IMAGE not in nb.cells[0].source  # offline, an image from the web is broken
     assert setup_cell_problems(nb, ns.setup_source(INFO)) == []
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert colab_link_problems(markdown) == []
@@ -109,7 +110,8 @@ def test_readme_course_map_badges_follow_the_repository_address():
             f"lectures/{lesson.name}_lecture.ipynb",
             f"exercises/{lesson.name}/{lesson.name}.ipynb",
         ):
-            assert f"]({rel}) {ns.badge(INFO, rel)}" in readme, rel
+            image = f"[![Open In Colab]({ns.BADGE_IMAGE})]({ns.colab_url(INFO, rel)})"
+            assert f"]({rel}) {image}" in readme, rel
 
 
 def test_mutant_wrong_repository_address_is_caught(tmp_path):

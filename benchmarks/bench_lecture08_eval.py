@@ -29,7 +29,7 @@ BLOCK, BATCH = 64, 32
 
 
 def make(vocab: int) -> GPT:
-    """The lecture's model (`make_gpt` in lectures/08_gpt.ipynb), on the reference parts."""
+    """The lecture's model (`make_gpt` in lectures/08_gpt_lecture.ipynb), on the reference parts."""
     torch.manual_seed(0)
     return GPT(vocab, n_positions=BLOCK, d_model=64, n_heads=4, n_layers=4, activation="gelu")
 

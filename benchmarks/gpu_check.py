@@ -142,7 +142,7 @@ CAPS = {
     "lectures": (150, 120),
     "benchmarks": (200, 120),  # the last step: what is left, up to this
 }
-QUICK_LECTURES = ["02_qkv_attention"]
+QUICK_LECTURES = ["02_qkv_attention_lecture"]
 LECTURE_JOBS = 13  # lectures at a time on the GPU machine: all of them (16 cores, one thread each)
 # Steps in a group run side by side (the tests need no quiet machine); the groups one by one, the
 # lectures and then the benchmarks alone (their times are reported).

@@ -2,7 +2,7 @@
 
     python benchmarks/notebook_times.py            # full mode
     python benchmarks/notebook_times.py --quick    # quick mode (TRANSFORMER_LAB_QUICK=1), as CI runs
-    python benchmarks/notebook_times.py lectures/06_masking.ipynb   # just some notebooks
+    python benchmarks/notebook_times.py lectures/06_masking_lecture.ipynb   # just some notebooks
 
 Budgets (2 CPU cores, no GPU): each notebook <= 180 s in full mode, <= 30 s in quick mode.
 The kernel's CPU time (user + system, read from the kernel process) is printed beside the wall

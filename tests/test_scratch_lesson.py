@@ -126,7 +126,7 @@ def solution_notebook() -> nbformat.NotebookNode:
                 """
                 # Lesson 99 — Scratch (exercise)
 
-                **Lecture:** [99 — scratch](../../lectures/99_scratch.ipynb) · **time:** 5 min · **points:** 1
+                **Lecture:** [99 — scratch](../../lectures/99_scratch_lecture.ipynb) · **time:** 5 min · **points:** 1
                 """,
                 "title",
             ),
@@ -188,7 +188,7 @@ def add_course_map_rows(root: Path) -> None:
     text = readme.read_text(encoding="utf-8")
     last = next(line for line in reversed(text.splitlines()) if line.startswith("| 13 |"))
     row = (
-        f"| 99 | scratch | [lecture](lectures/{LESSON}.ipynb) | "
+        f"| 99 | scratch | [lecture](lectures/{LESSON}_lecture.ipynb) | "
         f"[exercise](exercises/{LESSON}/{LESSON}.ipynb) | `scratch` |"
     )
     readme.write_text(text.replace(last, f"{last}\n{row}"), encoding="utf-8")
@@ -201,7 +201,7 @@ def add_course_map_rows(root: Path) -> None:
         if cell.cell_type == "markdown" and at:
             lines.insert(
                 at[0] + 1,
-                f"| 99 | **Scratch** | doubling | [lecture]({LESSON}.ipynb) | "
+                f"| 99 | **Scratch** | doubling | [lecture]({LESSON}_lecture.ipynb) | "
                 f"[exercise](../exercises/{LESSON}/{LESSON}.ipynb) |",
             )
             cell.source = "\n".join(lines)
@@ -214,7 +214,7 @@ def add_lesson_99(root: Path) -> None:
     (package / "check" / "lesson99.py").write_text(CHECKS.lstrip(), encoding="utf-8")
     (root / "solutions" / LESSON).mkdir()
     nbformat.write(solution_notebook(), root / "solutions" / LESSON / f"{LESSON}.ipynb")
-    nbformat.write(lecture_notebook(), root / "lectures" / f"{LESSON}.ipynb")
+    nbformat.write(lecture_notebook(), root / "lectures" / f"{LESSON}_lecture.ipynb")
     add_course_map_rows(root)
 
 
@@ -240,7 +240,7 @@ def _course(root: Path):
     after = {p.relative_to(root) for p in root.rglob("*") if p.is_file()}
     assert sorted(map(str, after - before)) == sorted(
         [
-            "lectures/99_scratch.ipynb",
+            "lectures/99_scratch_lecture.ipynb",
             "shared/transformer_lab/check/lesson99.py",
             "shared/transformer_lab/scratch.py",
             f"solutions/{LESSON}/{LESSON}.ipynb",

@@ -6,7 +6,7 @@ rewrites every lecture (``lectures/*.ipynb``), every solution notebook (``soluti
 and the README's course map from the one repository address in pyproject.toml
 (``[project.urls] Repository``, branch ``[tool.transformer-lab] branch``):
 
-- an "Open in Colab" badge under the title of the first markdown cell (a solution notebook's
+- an "Open in Colab" link under the title of the first markdown cell (a solution notebook's
   badge opens its exercise, which is what students open);
 - after every relative link to a notebook, a link that opens the same notebook in Colab
   (relative links do not resolve there);
@@ -32,7 +32,8 @@ SETUP_ID = "colab-setup"
 COLAB = "https://colab.research.google.com/github"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 # the badge line under a notebook's title, and the Colab link after a relative notebook link
-_BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)\n", re.M)
+# (the badge image, older, or the text link: a notebook opened offline shows text, not a broken image)
+_BADGE_LINE = re.compile(r"^(?:\[!\[Open In Colab\]\([^)]*\)\]|\[Open in Colab\])\([^)]*\)\n", re.M)
 _NB_LINK = re.compile(
     r"(?P<link>\[(?P<text>[^\]]*)\]\((?P<target>(?![a-z][a-z0-9+.-]*:)[^)\s#]+\.ipynb)(?:#[^)\s]*)?\))"
     r"(?P<colab> \(\[Colab\]\([^)]*\)\)| \[!\[Open In Colab\]\([^)]*\)\]\([^)]*\))?"
@@ -95,7 +96,9 @@ def book_url(info: dict) -> str:
 
 
 def badge(info: dict, path: str) -> str:
-    return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(info, path)})"
+    """The notebook's "Open in Colab" line: a text link, which also reads offline (JupyterLab
+    without internet showed the badge image as a broken one). The README keeps the image."""
+    return f"[Open in Colab]({colab_url(info, path)})"
 
 
 def setup_source(info: dict) -> str:

@@ -292,6 +292,8 @@ def use(name: str, quiet: bool = False):
     ``EncoderBlock`` whose check has not passed yet) comes back with the student's `parts()` as
     its default parts (see `built_from_yours`).
     """
+    from .registry import EXERCISES
+
     reference = _reference(name)
     entry = _manifest().get(name)
     if _grading():
@@ -301,7 +303,10 @@ def use(name: str, quiet: bool = False):
             built = built_from_yours(reference, quiet=quiet)
             if built is not reference:
                 return built
-        why = "yours has not passed its check yet"
+        if name in EXERCISES:
+            why = "yours has not passed its check yet"
+        else:  # a model the course builds (CLIP, GPT): no exercise writes it, its parts are yours
+            why = f"no exercise writes {name}; none of the parts it is built from has passed yet"
     else:
         try:
             mine = _load_student(name, entry["module"])

@@ -87,10 +87,40 @@ def progress(iterable: Iterable | None = None, **kwargs):
     may count against a cell).
     """
     from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm_notebook
 
     kwargs.setdefault("disable", os.environ.get("TRANSFORMER_LAB_NO_PROGRESS", "") == "1")
     kwargs.setdefault("leave", False)
+    if issubclass(tqdm, tqdm_notebook):  # in Jupyter: a widget, replaced by text when it ends
+        return _notebook_bar(tqdm)(iterable, **kwargs)
     return tqdm(iterable, **kwargs)
+
+
+def _notebook_bar(base: type) -> type:
+    """tqdm's notebook bar that leaves one line of plain text in its place when it closes.
+
+    A closed widget's output stays in the saved notebook, and after a reload JupyterLab shows
+    "Error displaying widget: model not found" there. This bar is displayed with a display id,
+    and closing it updates that output to the text bar (``training: 100%|██| 150/150 [...]``).
+    """
+
+    class TextWhenDone(base):
+        def __init__(self, *args, **kwargs):
+            from IPython.display import display
+
+            super().__init__(*args, display=False, **kwargs)
+            self._handle = None
+            if not self.disable:
+                self._handle = display(self.container, display_id=True)
+                self.displayed = True
+
+        def close(self):
+            handle, self._handle = getattr(self, "_handle", None), None
+            super().close()
+            if handle is not None:
+                handle.update({"text/plain": str(self)}, raw=True)
+
+    return TextWhenDone
 
 
 def _to_device(batch, device):

@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "tests" / "artifacts" / "book"
 TIMEOUT_MS = 30_000
-LECTURE = "lectures/02_qkv_attention.html"
+LECTURE = "lectures/02_qkv_attention_lecture.html"
 # A4 at 96 dpi less Chromium's default print margins (about 1 cm a side)
 PRINT_WIDTH, PRINT_HEIGHT = 718, 1047
 _RAW_MATH = re.compile(r"\$[^$\s][^$]{0,200}\$|\\\(|\\\[")
@@ -152,9 +152,12 @@ def test_landing_page_has_the_course_map(base, visit):
     page.wait_for_url(re.compile(r"README\.html$"))
     page.wait_for_load_state("networkidle")
     assert visit.errors == [] and visit.outside == []
-    assert page.locator("table a[href='lectures/02_qkv_attention.html']").count() == 1
+    assert page.locator("table a[href='lectures/02_qkv_attention_lecture.html']").count() == 1
     assert (
-        page.locator("nav.bd-docs-nav a[href='lectures/12_attention_at_scale.html']").count() == 1
+        page.locator(
+            "nav.bd-docs-nav a[href='lectures/12_attention_at_scale_lecture.html']"
+        ).count()
+        == 1
     )
     shot(page, "landing")
 

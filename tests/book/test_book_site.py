@@ -156,7 +156,7 @@ def figures(site: Path, page: Path) -> list:
 def test_every_lecture_is_a_page_with_its_figures(site):
     for name in LECTURES:
         assert (site / "lectures" / f"{name}.html").is_file(), name
-    assert len(figures(site, site / "lectures" / "02_qkv_attention.html")) >= 3
+    assert len(figures(site, site / "lectures" / "02_qkv_attention_lecture.html")) >= 3
 
 
 def real_alt_text(img) -> bool:
@@ -211,7 +211,7 @@ def test_every_notebook_page_opens_in_colab_and_downloads(site, rel):
 
 
 def test_the_setup_cell_is_hidden_and_the_badge_is_local(site):
-    page = site / "lectures" / "02_qkv_attention.html"
+    page = site / "lectures" / "02_qkv_attention_lecture.html"
     text = page_text(page)
     assert "Colab setup: run this cell first" not in text
     srcs = [img.get("src", "") for img in _soup(page).find_all("img")]
@@ -224,13 +224,13 @@ def test_contents_are_in_lesson_order_with_prev_next(site):
     lectures = [h for h in hrefs if h.startswith("lectures/")]
     assert lectures == [f"lectures/{n}.html" for n in LECTURES]
     assert hrefs.index(lectures[-1]) < hrefs.index(f"exercises/{EXERCISES[0]}/{EXERCISES[0]}.html")
-    soup = _soup(site / "lectures" / "02_qkv_attention.html")
+    soup = _soup(site / "lectures" / "02_qkv_attention_lecture.html")
     assert soup.select_one("a.left-prev")["href"] == "01_rnn_limits.html"
     assert soup.select_one("a.right-next")["href"] == "03_multihead_attention.html"
 
 
 def test_every_section_has_an_anchor(site):
-    soup = _soup(site / "lectures" / "02_qkv_attention.html")
+    soup = _soup(site / "lectures" / "02_qkv_attention_lecture.html")
     headings = soup.select("article h2, article h3")
     assert len(headings) >= 3
     for h in headings:

@@ -41,7 +41,7 @@ def _notebook() -> str:
 
 
 def test_the_book_hides_the_setup_cell_localises_the_badge_and_links_widgets_to_colab():
-    rel = "lectures/07_cross_attention.ipynb"
+    rel = "lectures/07_cross_attention_lecture.ipynb"
     nb = nbformat.reads(book_hooks.notebook_for_book(_notebook(), INFO, rel), as_version=4)
     nbformat.validate(nb)
     title, setup, widget, note, plain = nb.cells
@@ -68,7 +68,7 @@ def test_the_landing_page_gets_the_contents_in_lesson_order():
 
 def test_links_to_files_outside_the_book_open_on_github():
     text = (
-        "[c](CONTRIBUTING.md#x) [l](lectures/02_qkv_attention.ipynb) [w](https://e.org/a.md) "
+        "[c](CONTRIBUTING.md#x) [l](lectures/02_qkv_attention_lecture.ipynb) [w](https://e.org/a.md) "
         "[a](#here) [d](autograder/) [gone](nowhere.md) ![b](/book/_static/colab-badge.svg)"
     )
     out = book_hooks.outside_links(text, INFO, "README.md", _in_book)
@@ -76,7 +76,7 @@ def test_links_to_files_outside_the_book_open_on_github():
     assert f"[c]({repo}/blob/{branch}/CONTRIBUTING.md#x)" in out
     assert f"[d]({repo}/tree/{branch}/autograder)" in out
     for kept in (
-        "lectures/02_qkv_attention.ipynb)",
+        "lectures/02_qkv_attention_lecture.ipynb)",
         "(https://e.org/a.md)",
         "(#here)",
         "(nowhere.md)",

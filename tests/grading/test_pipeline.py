@@ -97,7 +97,7 @@ def test_solution_notebooks_are_committed_without_outputs(lesson):
         if c.cell_type == "code"
     )
     assert nb.cells[0].cell_type == "markdown" and "Learning objectives" in nb.cells[0].source
-    assert f"../../lectures/{lesson}.ipynb" in nb.cells[0].source
+    assert f"../../lectures/{lesson}_lecture.ipynb" in nb.cells[0].source
     points = POINTS[lesson]
     assert f"**Points:** {points:g}" in nb.cells[0].source
 

@@ -134,6 +134,16 @@ def test_without_passed_parts_the_reference_class_comes_back(capsys):
     assert student.built_from_yours(Transformer) is Transformer
 
 
+@pytest.mark.parametrize("name", ["GPT", "CLIP"])
+def test_a_model_no_exercise_writes_is_not_called_yours_to_pass(name, capsys):
+    """No check passes CLIP or GPT: "yours has not passed its check yet" would never come true
+    (issue 29: exercise 13 printed it after every check had passed)."""
+    student.use(name)
+    out = capsys.readouterr().out
+    assert "yours has not passed" not in out
+    assert f"no exercise writes {name}" in out
+
+
 def test_gpt_is_built_from_the_students_parts(capsys):
     _pass_parts(capsys)
     MyGPT = student.use("GPT")

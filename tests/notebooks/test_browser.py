@@ -229,7 +229,7 @@ def test_the_course_map_opens_without_instructor_tools(page, lab):
 
 
 def test_lecture_02_figures_are_images_and_sliders_change_the_output(page, lab):
-    panel = _open(page, lab, "lectures/02_qkv_attention.ipynb")
+    panel = _open(page, lab, "lectures/02_qkv_attention_lecture.ipynb")
     _run_all(page, panel)
     assert not _errors(panel)
     images = panel.locator(".jp-OutputArea-output img")
@@ -254,7 +254,7 @@ def test_lecture_02_figures_are_images_and_sliders_change_the_output(page, lab):
 
 
 def test_a_quick_training_loop_shows_a_progress_widget(page, lab):
-    panel = _open(page, lab, "lectures/03_multihead_attention.ipynb")
+    panel = _open(page, lab, "lectures/03_multihead_attention_lecture.ipynb")
     _run_all(page, panel)
     assert not _errors(panel)
     # tqdm's widget: an HBox holding the description, a progress bar and the count
@@ -323,3 +323,70 @@ def test_exercise_03_wrong_then_right_split_heads(page, lab):
     assert "Likely mistake" not in test.inner_text()
     assert test.locator(".jp-OutputArea-executeResult").count() == 0  # no stray `True`
     _shot(page, "exercise03_passed_check", test)
+
+
+# ----------------------------------------------------------------------------------------------
+# The walk of issue 29 (started with lessons 12 and 13): an untouched exercise run as it comes,
+# saved and reloaded; a lecture's finished progress bars after a reload; closing without edits.
+
+NOT_WRITTEN = "not written yet"  # the engine's one line for a stub (issue 29 item 4)
+
+
+def _engine_says_not_written() -> bool:
+    engine = ROOT / "shared" / "transformer_lab" / "check"
+    return any(NOT_WRITTEN in p.read_text(encoding="utf-8") for p in engine.rglob("*.py"))
+
+
+def _save_and_reload(page, lab, path: str):
+    page.keyboard.press("ControlOrMeta+s")
+    page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").wait_for(state="detached")
+    base, token, _ = lab
+    page.goto(f"{base}/lab/tree/{path}?token={token}")  # the same workspace: the saved outputs
+    panel = page.locator(".jp-NotebookPanel:visible")
+    panel.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    page.wait_for_timeout(2000)  # widget views render (or fail to) after the cells appear
+    return panel
+
+
+@pytest.mark.parametrize("lesson", ["12_attention_at_scale", "13_clip"])
+def test_walk_an_untouched_exercise_run_saved_and_reloaded(page, lab, lesson):
+    path = f"exercises/{lesson}/{lesson}.ipynb"
+    panel = _open(page, lab, path)
+    _run_all(page, panel)
+    failed = panel.locator(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    ).first
+    text = failed.inner_text()
+    _shot(page, f"walk_{lesson}_untouched", failed)
+    if not _engine_says_not_written():
+        pytest.xfail(
+            f"the engine has no one-line {NOT_WRITTEN!r} message yet (item 4): {text[:200]}"
+        )
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert NOT_WRITTEN in lines[0] and len(lines) == 1, text
+    panel = _save_and_reload(page, lab, path)
+    assert "Error displaying widget" not in panel.inner_text()
+
+
+def test_walk_finished_progress_bars_survive_a_reload_as_text(page, lab):
+    path = "lectures/03_multihead_attention_lecture.ipynb"
+    panel = _open(page, lab, path)
+    _run_all(page, panel)
+    assert not _errors(panel)
+    panel = _save_and_reload(page, lab, path)
+    text = panel.inner_text()
+    assert "Error displaying widget" not in text and "model not found" not in text
+    assert re.search(r"training: 100%.*50/50", text), text[-2000:]
+    _shot(page, "walk_lecture03_bars_after_reload")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 29 item 8, not fixed yet: JupyterLab writes the running kernel's full "
+    "language_info (with its Python version) and kernelspec into the notebook's metadata when "
+    "the kernel connects, so an opened notebook counts as modified",
+)
+def test_walk_an_untouched_notebook_closes_without_save_changes(page, lab):
+    _open(page, lab, "exercises/11_vit/11_vit.ipynb")  # one no other test saves (saved: fixed)
+    page.wait_for_timeout(3000)
+    assert page.locator(".lm-TabBar-tab.jp-mod-dirty").count() == 0

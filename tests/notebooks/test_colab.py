@@ -87,6 +87,7 @@ def test_every_notebook_has_its_badge_and_setup_cell_first(path):
     nb = nbformat.read(path, as_version=4)
     published = ns.published_path(ROOT, path)
     assert ns.badge(INFO, published) in nb.cells[0].source  # lecture, or the exercise itself
+    assert ns.BADGE_IMAGE not in nb.cells[0].source  # offline, an image from the web is broken
     assert setup_cell_problems(nb, ns.setup_source(INFO)) == []
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert colab_link_problems(markdown) == []
@@ -106,20 +107,21 @@ def test_readme_course_map_badges_follow_the_repository_address():
     assert colab_link_problems(readme) == []
     for lesson in (ROOT / "solutions").iterdir():
         for rel in (
-            f"lectures/{lesson.name}.ipynb",
+            f"lectures/{lesson.name}_lecture.ipynb",
             f"exercises/{lesson.name}/{lesson.name}.ipynb",
         ):
-            assert f"]({rel}) {ns.badge(INFO, rel)}" in readme, rel
+            image = f"[![Open In Colab]({ns.BADGE_IMAGE})]({ns.colab_url(INFO, rel)})"
+            assert f"]({rel}) {image}" in readme, rel
 
 
 def test_mutant_wrong_repository_address_is_caught(tmp_path):
-    shutil.copy(ROOT / "lectures" / "02_qkv_attention.ipynb", tmp_path / "lecture.ipynb")
+    shutil.copy(ROOT / "lectures" / "02_qkv_attention_lecture.ipynb", tmp_path / "lecture.ipynb")
     nb = nbformat.read(tmp_path / "lecture.ipynb", as_version=4)
     other = dict(INFO, repository="https://github.com/someone-else/transformer-lab")
-    ns.rewrite_notebook(nb, other, "lectures/02_qkv_attention.ipynb")
+    ns.rewrite_notebook(nb, other, "lectures/02_qkv_attention_lecture.ipynb")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert colab_link_problems(text)
-    assert ns.badge(INFO, "lectures/02_qkv_attention.ipynb") not in nb.cells[0].source
+    assert ns.badge(INFO, "lectures/02_qkv_attention_lecture.ipynb") not in nb.cells[0].source
     assert setup_cell_problems(nb, ns.setup_source(INFO))  # it installs from the other address
 
 
@@ -136,7 +138,7 @@ def test_mutant_setup_cell_moved_or_edited_is_caught():
 
 
 def test_mutant_colab_link_missing_or_dead_is_caught():
-    text = "[lecture](../../lectures/02_qkv_attention.ipynb) and more"
+    text = "[lecture](../../lectures/02_qkv_attention_lecture.ipynb) and more"
     assert not ns._NB_LINK.search(text)["colab"]
     linked = ns.add_colab_links(text, INFO, "exercises/02_qkv_attention")
     assert ns._NB_LINK.search(linked)["colab"]
@@ -467,7 +469,7 @@ def test_simulated_colab_installs_checks_and_keeps_progress_on_drive(colab, tmp_
     _venv(python, "-m", "pip", "uninstall", "-q", "-y", "transformer-lab", check=True)
     assert not _has_course(python)
     nb, seconds = _runtime(
-        colab, "runtime2", ROOT / "lectures" / "03_multihead_attention.ipynb", drive
+        colab, "runtime2", ROOT / "lectures" / "03_multihead_attention_lecture.ipynb", drive
     )
     setup = _text(nb.cells[1])
     everything = "\n".join(_text(c) for c in nb.cells if c.cell_type == "code")

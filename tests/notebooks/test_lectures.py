@@ -102,7 +102,22 @@ def _notebook(*cells: tuple[str, str]):
 
 def test_the_lectures_exist():
     names = {p.stem for p in NOTEBOOKS}
-    assert {"00_start_here", "01_rnn_limits", "02_qkv_attention"} <= names
+    assert {"00_start_here", "01_rnn_limits_lecture", "02_qkv_attention_lecture"} <= names
+
+
+def lecture_name_problems(lectures: list[str], lessons: list[str]) -> list[str]:
+    """Lectures whose file name is not NN_topic_lecture for a lesson NN_topic (JupyterLab shows a
+    tab's file name only: a lecture named like its exercise gives two identical tabs)."""
+    allowed = {"00_start_here"} | {f"{name}_lecture" for name in lessons}
+    return sorted(set(lectures) - allowed)
+
+
+def test_every_lecture_is_named_apart_from_its_exercise():
+    assert lecture_name_problems([p.stem for p in NOTEBOOKS], LESSONS) == []
+
+
+def test_mutant_lecture_named_like_its_exercise_is_caught():
+    assert lecture_name_problems(["00_start_here", LESSONS[0]], LESSONS) == [LESSONS[0]]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -125,7 +140,7 @@ def test_start_here_maps_every_lesson_in_order():
     assert [row.split("|")[1].strip() for row in rows] == [name[:2] for name in LESSONS]
     links = relative_links(nb)
     for row, name in zip(rows, LESSONS):
-        for target in (f"{name}.ipynb", f"../exercises/{name}/{name}.ipynb"):
+        for target in (f"{name}_lecture.ipynb", f"../exercises/{name}/{name}.ipynb"):
             if name in ("01_rnn_limits", "02_qkv_attention") or (LECTURES / target).exists():
                 # written lessons are linked (whether the file is there: test_relative_links...)
                 assert f"]({target})" in row, f"link {target} from the course map"
@@ -141,7 +156,7 @@ def readme_map_problems(readme: str, lessons: list[str]) -> list[str]:
     if [row.split("|")[1].strip() for row in rows] != [name[:2] for name in lessons]:
         problems.append(f"rows {[row.split('|')[1].strip() for row in rows]}, lessons {lessons}")
     for row, name in zip(rows, lessons):
-        for target in (f"lectures/{name}.ipynb", f"exercises/{name}/{name}.ipynb"):
+        for target in (f"lectures/{name}_lecture.ipynb", f"exercises/{name}/{name}.ipynb"):
             if f"]({target})" not in row:
                 problems.append(f"the row of {name} does not link {target}")
     return problems
@@ -288,7 +303,7 @@ def test_payoff_lectures_run_on_the_students_own_parts(lesson, student_package, 
     monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
     from nbclient import NotebookClient
 
-    path = LECTURES / f"{lesson}.ipynb"
+    path = LECTURES / f"{lesson}_lecture.ipynb"
     nb = nbformat.read(path, as_version=4)
     NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(LECTURES)}}
@@ -301,3 +316,74 @@ def test_payoff_lectures_run_on_the_students_own_parts(lesson, student_package, 
         f"{lesson} did not build its model from the student's parts:\n{text[:2000]}"
     )
     assert "MultiHeadAttention" in line and "LayerNorm" in line, line
+
+
+# ------------------------------------------------------------------------------------------------
+# Lecture 13 runs on the student's zero_shot_classify, and its "your own prompt" widget takes the
+# template its text offers (issue 29: `a pretty {word}` failed on the '{').
+
+WIDGET_PROMPTS = ["a pretty {word}", "a handwritten four", "a {colour} {word}", "a pretty {word"]
+
+
+@pytest.mark.slow
+def test_lecture_13_uses_the_students_zero_shot_classify_and_takes_templates(quick_env):
+    from nbclient import NotebookClient
+
+    from transformer_lab import check, student
+
+    def zero_shot_classify(image_features, class_features, logit_scale):
+        prompts = class_features / class_features.norm(dim=-1, keepdim=True)
+        classes = prompts.mean(dim=1)
+        classes = classes / classes.norm(dim=-1, keepdim=True)
+        image = image_features / image_features.norm(dim=-1, keepdim=True)
+        return (logit_scale.exp() * image @ classes.T).softmax(dim=-1)
+
+    check.zero_shot_classify(zero_shot_classify)  # saves it into quick_env's student package
+    assert student._manifest()["zero_shot_classify"]
+    nb = nbformat.read(LECTURES / "13_clip_lecture.ipynb", as_version=4)
+    probe = "\n".join(f"search({p!r}); print('---')" for p in WIDGET_PROMPTS)
+    nb.cells.append(nbformat.v4.new_code_cell(probe))
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(LECTURES)}}
+    ).execute()
+    text = "\n".join(
+        out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+    )
+    assert "zero_shot_classify: using YOUR implementation" in text
+    outputs = nb.cells[-1].outputs
+    printed = "".join(out.get("text", "") for out in outputs).split("---")
+    assert "zero-shot accuracy with 'a pretty {word}':" in printed[0]
+    assert "the only placeholders are {word} and {digit}" in printed[2]  # a clear message
+    assert "not in the caption alphabet" in printed[3]  # no closing brace: a search, refused
+    assert "cannot use" not in printed[1] and "alphabet" not in printed[1]  # a plain search
+
+
+def setup_cell_intro_problems(nb) -> list[str]:
+    """Words just before the Colab setup cell that send the reader to "the next cell" as if it were
+    another one (issue 29: the start page's "Run the next cell. It should print the versions…"
+    stood over the setup cell, which prints nothing outside Colab)."""
+    from transformer_lab.notebook_setup import SETUP_ID
+
+    at = next((i for i, c in enumerate(nb.cells) if c.get("id") == SETUP_ID), None)
+    if not at or nb.cells[at - 1].cell_type != "markdown":
+        return []
+    before = nb.cells[at - 1].source.strip().split("\n\n")[-1]  # its last paragraph
+    if re.search(r"\bthe next (code )?cell\b|\bthe cell below\b", before, re.I):
+        if "Colab setup" not in before:
+            return [before]
+    return []
+
+
+@pytest.mark.parametrize(
+    "path", [*NOTEBOOKS, *sorted(ROOT.glob("exercises/*/*.ipynb"))], ids=lambda p: p.stem
+)
+def test_the_words_before_the_setup_cell_fit_what_it_does(path):
+    assert setup_cell_intro_problems(nbformat.read(path, as_version=4)) == []
+
+
+def test_mutant_run_the_next_cell_over_the_setup_cell_is_caught():
+    from transformer_lab.notebook_setup import SETUP_ID
+
+    nb = _notebook(("md", "Run the next cell. It should print the versions."), ("code", "pass"))
+    nb.cells[1]["id"] = SETUP_ID
+    assert setup_cell_intro_problems(nb) != []

@@ -16,6 +16,8 @@ Instructors (one command per step; see INSTRUCTORS.md):
     export [--out grades.csv] [--assignment A] [--wide]  CSV of every result record (--wide:
                                                    a row per student, a column per lesson)
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
+    grade-manual ASSIGNMENT CSV                    manual scores and comments
+                                                   (student,grade_id,score[,comment]) that last
 
 This module only parses the arguments: each command is one function of
 ``transformer_lab.instructor.commands``. A command works on the course it is run in (the current
@@ -126,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignment")
     p.add_argument("--out-dir", type=Path, help="default: autograder/work/reports/ASSIGNMENT")
 
+    p = sub.add_parser("grade-manual", help="manual scores and comments from a CSV")
+    p.add_argument("assignment")
+    p.add_argument("csv", type=Path, help="columns student,grade_id,score[,comment]")
+
     args = parser.parse_args(argv)
     if args.command == "progress":
         from .student import progress
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             cell_timeout=args.cell_timeout,
             isolate=not args.no_sandbox,
         )
+    if args.command == "grade-manual":
+        return commands.grade_manual(root, args.assignment, args.csv)
     if args.command == "export":
         return commands.export(root, args.out, args.assignment, args.wide)
     return commands.report(root, args.assignment, args.out_dir)

@@ -10,6 +10,8 @@
   points. An ungradable record scores 0; a lesson with no record for the student is blank.
   Identities come from `identities` (what `collect` read from the LMS's file names).
 
+Both shapes count the manual grades (`manual.overlay`).
+
 The scores also reach nbgrader's gradebook (`nbgrader_app.merge_into_gradebook`, called by
 `grade`), so that nbgrader's own tools see them.
 """
@@ -20,7 +22,7 @@ import csv
 import io
 from pathlib import Path
 
-from . import identities
+from . import identities, manual
 from .records import load_records, write_atomic, write_csv
 
 WIDE_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -28,7 +30,7 @@ WIDE_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
 def export(course: Path, out: Path, assignment: str | None = None) -> Path:
     """The CSV over every record of the course (or of one assignment)."""
-    records = load_records(course, assignment)
+    records = manual.overlay_all(course, load_records(course, assignment))
     return write_csv(records, out, course=Path(course))
 
 
@@ -55,7 +57,7 @@ def export_wide(course: Path, out: Path, assignment: str | None = None) -> Path:
     """Write the wide CSV (see module) atomically."""
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(
-        wide_rows(course, load_records(course, assignment))
+        wide_rows(course, manual.overlay_all(course, load_records(course, assignment)))
     )
     write_atomic(Path(out), buffer.getvalue())
     return Path(out)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import manual
 from .notebook_format import check_calls, is_graded, nbgrader_meta
 from .records import load_class_records
 from .submission import submission_sha256
@@ -502,6 +503,8 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     catalogue = mistake_catalogue()
     records, problems = load_class_records(course, assignment)
+    manual.overlay(course, assignment, records.values())
+    problems += manual.outdated(records)
     cells = released_cells(course, assignment, catalogue)
     if not cells:
         problems.append(f"no released notebook with graded cells in exercises/{assignment}/")

@@ -43,8 +43,8 @@ def course(tiny_course, tmp_path) -> Path:  # noqa: F811
     source = dest / "solutions" / TINY / NAME
     nb = nbformat.read(source, as_version=4)
     answer = nbformat.v4.new_markdown_cell(
-        "Why is attention parallel where an RNN is not?\n\n=== BEGIN MARK SCHEME ===\n"
-        "2 points: no step waits for the previous one. === END MARK SCHEME ===",
+        "### BEGIN SOLUTION\nNo step waits for the previous one.\n\n"
+        "Rubric: 2 points for saying so.\n### END SOLUTION",
         metadata={"nbgrader": WRITTEN},
     )
     answer["id"] = "why"

@@ -35,7 +35,7 @@ from pathlib import Path
 import nbformat
 
 from . import manual
-from .notebook_format import check_calls, is_graded, nbgrader_meta
+from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
 from .records import load_class_records
 from .submission import submission_sha256
 
@@ -52,10 +52,12 @@ TOP_N = 5
 
 
 def released_cells(course: Path, assignment: str, catalogue: dict | None = None) -> dict:
-    """{grade_id: {"max_score": points, "exercises": [check names]}} in notebook order.
+    """{grade_id: {"max_score": points, "exercises": [check names], "by_hand": bool}} in
+    notebook order.
 
     Read from the released notebook(s) in ``exercises/<assignment>/``: every cell with points,
-    and the ``check.<name>(...)`` calls in its source (restricted to the catalogue when given).
+    and the ``check.<name>(...)`` calls in its source (restricted to the catalogue when given);
+    ``by_hand``: an answer graded by hand (not a test cell), which has no mistakes to count.
     """
     cells = {}
     for path in sorted((Path(course) / "exercises" / assignment).glob("*.ipynb")):
@@ -73,6 +75,7 @@ def released_cells(course: Path, assignment: str, catalogue: dict | None = None)
             cells[meta["grade_id"]] = {
                 "max_score": float(meta.get("points", 0) or 0),
                 "exercises": names,
+                "by_hand": not is_test_cell(cell),
             }
     return cells
 
@@ -154,7 +157,7 @@ def count_mistakes(records: dict, cells: dict, catalogue: dict, fallback: list[s
         if record["status"] != "graded":
             continue
         for grade_id, cell in record["cells"].items():
-            if cell["passed"]:
+            if cell["passed"] or cells.get(grade_id, {}).get("by_hand"):
                 continue
             exercises = (
                 cell["exercises"] or cells.get(grade_id, {}).get("exercises") or list(fallback)

@@ -8,7 +8,8 @@
 Instructors (one command per step; see INSTRUCTORS.md):
     release ASSIGNMENT [--exchange [DIR]]         generate + hand out
     collect SOURCE ASSIGNMENT [--out DIR]          exchange / LMS zip or folder -> nbgrader layout
-    grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--students ...]
+    grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--allow-older]
+          [--students ...]
           [--scheduler tcp://HOST:PORT]            sandboxed, parallel, resumable autograding
                                                    (on Dask workers with --scheduler)
     feedback ASSIGNMENT [--student S ...] [--lms-zip Z]  feedback HTML per student (no hidden
@@ -105,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         help="grade on the workers of this Dask scheduler instead of here (--jobs is then unused)",
     )
     p.add_argument("--force", action="store_true", help="regrade students already graded")
+    p.add_argument(
+        "--allow-older",
+        action="store_true",
+        help="grade a submission older than the one on record (it replaces the newer one)",
+    )
     p.add_argument("--students", nargs="*", help="only these students")
     p.add_argument("--memory-gib", type=float, default=4.0, help="memory cap per job (default 4)")
     p.add_argument(
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             scheduler=args.scheduler,
             force=args.force,
+            allow_older=args.allow_older,
             students=args.students,
             memory_gib=args.memory_gib,
             wall_seconds=args.wall_seconds,

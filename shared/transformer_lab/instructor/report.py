@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import manual
+from . import manual, term
 from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
 from .records import load_class_records
 from .submission import submission_sha256
@@ -290,7 +290,46 @@ def summarise(
         "flagged": {s: r["flags"] for s, r in sorted(records.items()) if r["flags"]},
         "identical": identical_submissions(records, untouched),
         "problems": problems,
+        "changes": regrades(records),
     }
+
+
+def enrolled_class(summary: dict, roster: dict[str, str], records: dict) -> dict:
+    """Pass rates over the enrolled class (the roster): who has no record, and per exercise how
+    many of the enrolled passed."""
+    missing = [student for student in roster if student not in records]
+    n = len(roster)
+    return {
+        "enrolled": n,
+        "missing": missing,
+        "exercises": [
+            {
+                "exercise": e["exercise"],
+                "passed": e["passed"],
+                "pass_rate": e["passed"] / n if n else None,
+            }
+            for e in summary["exercises"]
+        ],
+    }
+
+
+def regrades(records: dict) -> list[dict]:
+    """Every student graded more than once: the previous score, the score now, and why."""
+    changes = []
+    for student, record in sorted(records.items()):
+        if record.get("history"):
+            before = record["history"][-1]
+            changes.append(
+                {
+                    "student": student,
+                    "before": before.get("score"),
+                    "after": record["score"],
+                    "why": record.get("why") or "not recorded",
+                    "submitted_at": record.get("submitted_at"),
+                    "gradings": len(record["history"]) + 1,
+                }
+            )
+    return changes
 
 
 def identical_submissions(records: dict, untouched: str = "") -> list[list[str]]:
@@ -433,6 +472,36 @@ def _sections(summary: dict) -> list[tuple[str, str, list[str], list[list[str]]]
             [[", ".join(group)] for group in s.get("identical", [])],
         ),
         (
+            "The enrolled class (roster)",
+            "Pass rates over every enrolled student; a student with no submission has passed "
+            "nothing. Missing: " + (", ".join(s["roster"]["missing"]) or "nobody") + "."
+            if s.get("roster")
+            else "No roster: add one to autograder/work/term.toml to count the enrolled class.",
+            ["exercise", "passed / enrolled", "pass rate"],
+            [
+                [e["exercise"], f"{e['passed']} / {s['roster']['enrolled']}", _pct(e["pass_rate"])]
+                for e in (s.get("roster") or {}).get("exercises", [])
+            ],
+        ),
+        (
+            "Regraded (what changed and why)",
+            "Students graded more than once: the score before, the score now, why it was graded "
+            "again (a new submission, a changed lesson, --force) and when the graded submission "
+            "was handed in.",
+            ["student", "before", "now", "why", "submitted at", "gradings"],
+            [
+                [
+                    c["student"],
+                    _num(c["before"]),
+                    _num(c["after"]),
+                    c["why"],
+                    c["submitted_at"] or "–",
+                    str(c["gradings"]),
+                ]
+                for c in s.get("changes", [])
+            ],
+        ),
+        (
             "Problems",
             "Record files that could not be used.",
             ["problem"],
@@ -521,6 +590,9 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
         fallback=_lesson_exercises(assignment),
         untouched=submission_sha256(released) if released.is_dir() else "",
     )
+    settings = term.load(course)
+    if settings.roster is not None:
+        summary["roster"] = enrolled_class(summary, settings.roster, records)
     plot = plot_scores(
         list(summary["scores"].values()),
         summary["max_score"],

@@ -35,12 +35,9 @@ WRITTEN = {  # an nbgrader "manually graded answer" cell: solution and grade, no
 }
 
 
-@pytest.fixture
-def course(tiny_course, tmp_path) -> Path:  # noqa: F811
-    """The tiny course with a written answer graded by hand, released again."""
-    dest = tmp_path / "course"
-    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
-    source = dest / "solutions" / TINY / NAME
+def add_written_answer(course: Path) -> None:
+    """Add the written answer to the tiny lesson's source and release it again."""
+    source = course / "solutions" / TINY / NAME
     nb = nbformat.read(source, as_version=4)
     answer = nbformat.v4.new_markdown_cell(
         "### BEGIN SOLUTION\nNo step waits for the previous one.\n\n"
@@ -50,7 +47,15 @@ def course(tiny_course, tmp_path) -> Path:  # noqa: F811
     answer["id"] = "why"
     nb.cells.append(answer)
     nbformat.write(nb, source)
-    nbgrader_app.generate(dest, [TINY], quiet=True)
+    nbgrader_app.generate(course, [TINY], quiet=True)
+
+
+@pytest.fixture
+def course(tiny_course, tmp_path) -> Path:  # noqa: F811
+    """The tiny course with a written answer graded by hand, released again."""
+    dest = tmp_path / "course"
+    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
+    add_written_answer(dest)
     return dest.resolve()
 
 

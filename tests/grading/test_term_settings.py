@@ -164,7 +164,7 @@ def test_the_report_counts_pass_rates_over_the_enrolled_class(course, tmp_path):
 @pytest.mark.parametrize(
     "text, error",
     [
-        ('[due]\nx = "not a date"\n', "not a date"),
+        ('[due]\nx = "not a date"\n', "due.x = 'not a date' is not a date"),
         ('[roster]\nmissing = "maybe"\n', "roster.missing is 'maybe'"),
         ("[late]\ncap_percent = 150\n", "cap_percent in [0, 100]"),
         ('[roster]\nfile = "nowhere.csv"\n', "nowhere.csv"),

@@ -162,7 +162,7 @@ class Grader:
             for student in unknown:
                 self.say(f"not graded: no submission from {student}")
             found = {s: f for s, f in found.items() if s in self.only}
-        todo, lesson = [], lesson_digest(self.course, self.assignment)
+        todo, lesson, kept = [], lesson_digest(self.course, self.assignment), {}
         for student, folder in found.items():
             sha = submission_sha256(folder)
             at = timing.submitted_at(folder, whos[student])
@@ -172,14 +172,15 @@ class Grader:
                 self.assignment,
                 self.cells,
             )
-            if old is not None and timing.older(at, old.get("submitted_at")):
+            another = old is not None and old.get("submission_sha256") != sha
+            if another and timing.older(at, old.get("submitted_at")):
                 if not self.allow_older:
                     self.say(
                         f"{student}: this submission ({at}) is older than the one on record "
                         f"({old['submitted_at']}), kept the newer; --allow-older grades it"
                     )
                     continue
-            identities.keep(self.course, self.assignment, {student: whos[student]})
+            kept[student] = whos[student]  # an older folder's identity is not kept either
             why = regrade_reason(old, sha, lesson)
             if why in (None, STALE) and not self.force:  # a stale record: `grade` lists it
                 self.say(
@@ -188,6 +189,7 @@ class Grader:
                 continue
             self.context[student] = history_entry(old, at, why or "--force")
             todo.append((student, folder, sha))
+        identities.keep(self.course, self.assignment, kept)
         if todo:
             sandbox.isolation(self.isolate)  # no box to be had: stop here, saying how to get one
             self.run_dir = Path(tempfile.mkdtemp(prefix="transformer-lab-grade-"))

@@ -72,11 +72,12 @@ def load(course: Path) -> Term:
             cap_percent=float(late.get("cap_percent", 100.0)),
             missing=str(roster.get("missing", "zero")),
         )
-        for when in [
-            *term.due.values(),
-            *(d for e in term.extensions.values() for d in e.values()),
-        ]:
-            timing.parse(when)
+        dates = [(f"due.{a}", d) for a, d in term.due.items()]
+        dates += [
+            (f"extensions.{a}.{s}", d) for a, e in term.extensions.items() for s, d in e.items()
+        ]
+        for where, when in dates:
+            _check_date(where, when)
         if term.missing not in MISSING:
             raise ValueError(f"roster.missing is {term.missing!r}, not one of {MISSING}")
         if not (0 <= term.percent_per_day and 0 <= term.cap_percent <= 100):
@@ -86,6 +87,15 @@ def load(course: Path) -> Term:
     except (OSError, ValueError, TypeError, AttributeError, tomllib.TOMLDecodeError) as error:
         raise SystemExit(f"{path}: {error}") from None
     return term
+
+
+def _check_date(where: str, when: str) -> None:
+    try:
+        timing.parse(when)
+    except (ValueError, OverflowError):
+        raise ValueError(
+            f"{where} = {when!r} is not a date (ISO 8601, e.g. 2026-11-20T23:59)"
+        ) from None
 
 
 def read_roster(path: Path) -> dict[str, str]:

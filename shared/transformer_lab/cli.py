@@ -8,7 +8,8 @@
 Instructors (one command per step; see INSTRUCTORS.md):
     release ASSIGNMENT [--exchange [DIR]]         generate + hand out
     collect SOURCE ASSIGNMENT [--out DIR]          exchange / LMS zip or folder -> nbgrader layout
-    grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--students ...]
+    grade ASSIGNMENT SUBMISSIONS --out grades.csv [--jobs N] [--force] [--allow-older]
+          [--students ...]
           [--scheduler tcp://HOST:PORT]            sandboxed, parallel, resumable autograding
                                                    (on Dask workers with --scheduler)
     feedback ASSIGNMENT [--student S ...] [--lms-zip Z]  feedback HTML per student (no hidden
@@ -16,6 +17,8 @@ Instructors (one command per step; see INSTRUCTORS.md):
     export [--out grades.csv] [--assignment A] [--wide]  CSV of every result record (--wide:
                                                    a row per student, a column per lesson)
     report ASSIGNMENT [--out-dir DIR]              class report: distribution, pass rates, mistakes
+    grade-manual ASSIGNMENT CSV                    manual scores and comments
+                                                   (student,grade_id,score[,comment]) that last
 
 This module only parses the arguments: each command is one function of
 ``transformer_lab.instructor.commands``. A command works on the course it is run in (the current
@@ -103,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         help="grade on the workers of this Dask scheduler instead of here (--jobs is then unused)",
     )
     p.add_argument("--force", action="store_true", help="regrade students already graded")
+    p.add_argument(
+        "--allow-older",
+        action="store_true",
+        help="grade a submission older than the one on record (it replaces the newer one)",
+    )
     p.add_argument("--students", nargs="*", help="only these students")
     p.add_argument("--memory-gib", type=float, default=4.0, help="memory cap per job (default 4)")
     p.add_argument(
@@ -125,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("report", help="class report for an assignment")
     p.add_argument("assignment")
     p.add_argument("--out-dir", type=Path, help="default: autograder/work/reports/ASSIGNMENT")
+
+    p = sub.add_parser("grade-manual", help="manual scores and comments from a CSV")
+    p.add_argument("assignment")
+    p.add_argument("csv", type=Path, help="columns student,grade_id,score[,comment]")
 
     args = parser.parse_args(argv)
     if args.command == "progress":
@@ -158,12 +170,15 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             scheduler=args.scheduler,
             force=args.force,
+            allow_older=args.allow_older,
             students=args.students,
             memory_gib=args.memory_gib,
             wall_seconds=args.wall_seconds,
             cell_timeout=args.cell_timeout,
             isolate=not args.no_sandbox,
         )
+    if args.command == "grade-manual":
+        return commands.grade_manual(root, args.assignment, args.csv)
     if args.command == "export":
         return commands.export(root, args.out, args.assignment, args.wide)
     return commands.report(root, args.assignment, args.out_dir)

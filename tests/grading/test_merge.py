@@ -54,8 +54,7 @@ def merge_one_by_one(course: Path, records: list[dict]) -> int:
                     )
                 except MissingEntry:
                     continue
-                row.auto_score = float(cell["score"])
-                row.manual_score = None
+                row.auto_score = float(cell["score"])  # a manual score stays (issue 28)
             gb.db.commit()
             written += 1
     return written
@@ -173,14 +172,24 @@ def test_the_one_pass_merge_writes_what_the_record_by_record_merge_wrote(course,
     first, second, _ = (old for old, _ in rounds)
     assert len(first["students"]) == 40 and len(second["students"]) == 50
     assert len(second["grades"]) == 50 * 2 and second["comments"]
-    assert [g for g in second["grades"] if g[0] == "s000" and g[6] is not None] == []
+    # the manual score given in round two survives the merges of rounds two and three
+    assert [g for g in second["grades"] if g[0] == "s000" and g[6] is not None] != []
+    assert [g for g in rounds[2][1]["grades"] if g[0] == "s000" and g[6] is not None] != []
+
+
+def _erasing_merge(db, assignment, cells, records):
+    """Today's merge before issue 28: every merged row's manual score set to None."""
+    merged = ORIGINAL_MERGE(db, assignment, cells, records)
+    for row in nbgrader_app._grade_rows(db, assignment).values():
+        row.manual_score = None
+    return merged
+
+
+ORIGINAL_MERGE = nbgrader_app._merge_assignment
 
 
 MUTANTS = {
-    "skips a row whose auto score is unchanged, though a manual score overrides it": (
-        "_needs_update",
-        lambda row, score: row.auto_score != score,
-    ),
+    "erases the manual scores of formgrader": ("_merge_assignment", _erasing_merge),
     "no submission for a new student": ("_add_submission", lambda db, assignment, student: None),
 }
 

@@ -28,7 +28,16 @@ def _declared_points(lesson: str) -> float:
     return float(sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells))
 
 
+def _points_graded_by_hand(lesson: str) -> float:
+    """The points of written answers (nbgrader's manually graded answer cells: solution and
+    grade), which autograding leaves at 0 until the instructor grades them."""
+    nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    by_hand = [c.metadata.get("nbgrader", {}) for c in nb.cells]
+    return float(sum(m.get("points", 0) for m in by_hand if m.get("grade") and m.get("solution")))
+
+
 POINTS = {lesson: _declared_points(lesson) for lesson in LESSONS}
+BY_HAND = {lesson: _points_graded_by_hand(lesson) for lesson in LESSONS}
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +60,7 @@ def course(tmp_path_factory) -> Path:
 
 def test_lessons_are_found():
     assert {"01_rnn_limits", "02_qkv_attention"} <= set(LESSONS)
+    assert BY_HAND["01_rnn_limits"] == 2.0  # the written answer, Transformer vs LSTM
     assert all(POINTS[lesson] > 0 for lesson in LESSONS), POINTS
 
 
@@ -139,7 +149,11 @@ def graded(course, tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_solutions_get_full_marks(graded, lesson):
-    assert graded[("solution", lesson, lesson)] == (POINTS[lesson], POINTS[lesson])
+    """Full marks for what is autograded; a written answer waits for the instructor."""
+    assert graded[("solution", lesson, lesson)] == (
+        POINTS[lesson] - BY_HAND[lesson],
+        POINTS[lesson],
+    )
 
 
 @pytest.mark.parametrize("lesson", LESSONS)

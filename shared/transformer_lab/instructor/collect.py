@@ -41,6 +41,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import os
 import re
 import shutil
 import stat
@@ -136,6 +137,8 @@ def safe_extract(archive: Path, dest: Path) -> list[str]:
                             f"{archive.name}: more than {MAX_TOTAL_BYTES >> 30} GiB unpacked"
                         )
                     out.write(chunk)
+            when = datetime.datetime(*info.date_time, tzinfo=datetime.timezone.utc).timestamp()
+            os.utime(target, (when, when))  # the LMS's upload time: the submitted-at time
             names.append(name)
     return names
 
@@ -287,7 +290,7 @@ def _place(dest: Path, files: dict[str, Path]) -> list[str]:
     for name, path in files.items():
         target = dest.joinpath(*PurePosixPath(name).parts)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
+        shutil.copy2(path, target)  # with its time (`timing.submitted_at`)
     return sorted(files)
 
 

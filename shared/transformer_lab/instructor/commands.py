@@ -35,11 +35,38 @@ def autograde(course: Path, assignment: str, notebooks: list[Path], student: str
     return 0
 
 
+def keep_manual_grades(course: Path, assignments: list[str]) -> None:
+    """Take the manual grades formgrader wrote into the gradebook into the kept ones (`manual`),
+    before a command reads the grades."""
+    from . import manual
+
+    for assignment in assignments:
+        taken = manual.harvest(course, assignment)
+        if taken:
+            print(f"{assignment}: {taken} manual grades taken from formgrader")
+
+
+def grade_manual(course: Path, assignment: str, table: Path) -> int:
+    """`grade-manual`: manual scores and comments from a CSV (student,grade_id,score[,comment])."""
+    from . import manual
+
+    require_lesson(course, assignment)
+    try:
+        grades = manual.import_csv(course, assignment, table)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    n = sum(len(cells) for cells in grades.values())
+    print(f"{manual.store_path(course, assignment)}: {n} manual grades kept")
+    return 0
+
+
 def feedback(
     course: Path, assignment: str, students: list[str] | None, lms_zip: Path | None = None
 ) -> int:
     from .feedback import feedback as student_feedback
 
+    keep_manual_grades(course, [assignment])
     for path in student_feedback(course, assignment, students or None):
         print(path)
     if lms_zip is not None:
@@ -104,6 +131,7 @@ def grade(
     out: Path,
     jobs: int,
     force: bool,
+    allow_older: bool = False,
     scheduler: str | None = None,
     students: list[str] | None,
     memory_gib: float,
@@ -130,6 +158,7 @@ def grade(
             jobs=jobs,
             scheduler=scheduler,
             force=force,
+            allow_older=allow_older,
             students=students,
             limits=limits,
             isolate=isolate,
@@ -162,7 +191,12 @@ def grade(
 def export(course: Path, out: Path, assignment: str | None, wide: bool = False) -> int:
     from .export import export as export_csv
     from .export import export_wide
+    from .records import load_records
 
+    keep_manual_grades(
+        course,
+        [assignment] if assignment else sorted({r["assignment"] for r in load_records(course)}),
+    )
     print((export_wide if wide else export_csv)(course, out, assignment))
     return 0
 
@@ -170,6 +204,7 @@ def export(course: Path, out: Path, assignment: str | None, wide: bool = False) 
 def report(course: Path, assignment: str, out_dir: Path | None) -> int:
     from .report import build_report
 
+    keep_manual_grades(course, [assignment])
     out_dir = out_dir or course / "autograder" / "work" / "reports" / assignment
     print(build_report(course, assignment, out_dir))
     return 0

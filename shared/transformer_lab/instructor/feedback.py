@@ -33,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import identities, nbgrader_app
+from . import identities, manual, nbgrader_app
 from .course import require_lesson
 from .notebook_format import (
     HIDDEN_TESTS_BEGIN,
@@ -135,6 +135,10 @@ def _score_table(record: dict) -> str:
     rows = []
     for grade_id, cell in record.get("cells", {}).items():
         result = "passed" if cell.get("passed") else "not passed"
+        if cell.get("manual"):
+            result = "graded by hand" + (
+                f": {html.escape(cell['comment'])}" if cell.get("comment") else ""
+            )
         rows.append(
             f"<tr><td>{html.escape(grade_id)}</td><td>{cell.get('score', 0):g} / "
             f"{cell.get('max_score', 0):g}</td><td>{result}</td></tr>"
@@ -239,6 +243,7 @@ def feedback(course: Path, assignment: str, students: list[str] | None = None) -
     course = Path(course).resolve()
     require_lesson(course, assignment)
     records, problems = load_class_records(course, assignment)
+    manual.overlay(course, assignment, records.values())
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
     points = released_cells(course, assignment)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import cell_limits, identities, nbgrader_app, sandbox
+from . import cell_limits, identities, nbgrader_app, sandbox, timing
 from . import worker as job_worker
 from .course import PACKAGE_REPO
 from .notebook_format import graded_cells, released_notebooks
@@ -108,6 +108,7 @@ class Grader:
         out: Path | None = None,
         jobs: int = 1,
         force: bool = False,
+        allow_older: bool = False,
         students: list[str] | None = None,
         limits: sandbox.Limits | None = None,
         isolate: bool = True,
@@ -120,6 +121,8 @@ class Grader:
         self.out = out
         self.jobs = max(1, int(jobs))
         self.force = force
+        self.allow_older = allow_older
+        self.context: dict[str, dict] = {}  # student -> what `_one` adds to the new record
         self.only = set(students) if students else None
         self.limits = limits or sandbox.Limits()
         self.isolate = isolate
@@ -151,7 +154,7 @@ class Grader:
             self.say(collected.summary())
             self.submissions = target
         found, problems = find_students(self.submissions, self.assignment)
-        identities.remember(self.course, self.assignment, self.submissions, found)
+        whos = identities.read(self.submissions, found)
         for problem in problems:
             self.say(f"not graded: {problem}")
         if self.only is not None:
@@ -159,21 +162,34 @@ class Grader:
             for student in unknown:
                 self.say(f"not graded: no submission from {student}")
             found = {s: f for s, f in found.items() if s in self.only}
-        todo = []
+        todo, lesson, kept = [], lesson_digest(self.course, self.assignment), {}
         for student, folder in found.items():
             sha = submission_sha256(folder)
+            at = timing.submitted_at(folder, whos[student])
             old = load_valid(
                 record_path(self.course, self.assignment, student),
                 student,
                 self.assignment,
                 self.cells,
             )
-            if old is not None and old.get("submission_sha256") == sha and not self.force:
+            another = old is not None and old.get("submission_sha256") != sha
+            if another and timing.older(at, old.get("submitted_at")):
+                if not self.allow_older:
+                    self.say(
+                        f"{student}: this submission ({at}) is older than the one on record "
+                        f"({old['submitted_at']}), kept the newer; --allow-older grades it"
+                    )
+                    continue
+            kept[student] = whos[student]  # an older folder's identity is not kept either
+            why = regrade_reason(old, sha, lesson)
+            if why in (None, STALE) and not self.force:  # a stale record: `grade` lists it
                 self.say(
                     f"{student}: already graded ({old['score']:g}/{old['max_score']:g}), skipped"
                 )
                 continue
+            self.context[student] = history_entry(old, at, why or "--force")
             todo.append((student, folder, sha))
+        identities.keep(self.course, self.assignment, kept)
         if todo:
             sandbox.isolation(self.isolate)  # no box to be had: stop here, saying how to get one
             self.run_dir = Path(tempfile.mkdtemp(prefix="transformer-lab-grade-"))
@@ -314,6 +330,7 @@ class Grader:
         record["submission_sha256"] = sha
         record["graded_at"] = now()
         record["lesson_sha256"] = lesson_digest(self.course, self.assignment)
+        record.update(self.context.get(student, {}))
         if record["status"] != "graded":  # no stale autograded notebook for feedback
             stale = self.course / "autograder" / "work" / "autograded" / student / self.assignment
             shutil.rmtree(stale, ignore_errors=True)
@@ -445,6 +462,35 @@ class Grader:
             dest.mkdir(parents=True)
             for name, nb in keep.items():
                 nbformat.write(nb, dest / name)
+
+
+STALE = "changed lesson (--force)"  # regraded only with --force
+
+
+def regrade_reason(old: dict | None, sha: str, lesson: str) -> str | None:
+    """Why a submission is graded (again), or None when its record is up to date: the first
+    submission, a new submission (other files), or a changed lesson (`records.lesson_digest`)."""
+    if old is None:
+        return "first submission"
+    if old.get("submission_sha256") != sha:
+        return "new submission"
+    if old.get("lesson_sha256") and old["lesson_sha256"] != lesson:
+        return STALE
+    return None
+
+
+def history_entry(old: dict | None, at: str | None, why: str) -> dict:
+    """What a new record keeps of the old one: its score in the history, and why it was
+    graded again."""
+    history = list((old or {}).get("history") or [])
+    if old is not None:
+        history.append(
+            {
+                key: old.get(key)
+                for key in ("score", "max_score", "status", "submitted_at", "graded_at", "why")
+            }
+        )
+    return {"submitted_at": at, "why": why, "history": history}
 
 
 def _is_ancestor(folder: Path, paths: list[Path]) -> bool:

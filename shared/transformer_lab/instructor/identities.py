@@ -53,15 +53,28 @@ def of(register: dict[str, dict], student: str) -> dict:
     return register.get(student) or identity(student)
 
 
-def remember(course: Path, assignment: str, submissions: Path, found: dict[str, Path]) -> None:
-    """Register the students `grade` found in `submissions` (`found`: {student: folder})."""
+def read(submissions: Path, found: dict[str, Path]) -> dict[str, dict]:
+    """{student: identity} of the students `grade` found in `submissions` ({student: folder}):
+    what `collect` read, plus the exchange's files in the folder."""
     report = read_report(submissions)
-    register = load(course, assignment)
+    whos = {}
     for student, folder in found.items():
         who = dict(report["identities"].get(student) or identity(student))
         for key, name in EXCHANGE_FILES.items():
             path = Path(folder) / name
             if path.is_file():
                 who[key] = path.read_text(encoding="utf-8", errors="replace").strip()
-        register[student] = who
+        whos[student] = who
+    return whos
+
+
+def keep(course: Path, assignment: str, whos: dict[str, dict]) -> None:
+    """Register these identities ({student: identity}), replacing the students' old entries."""
+    register = load(course, assignment)
+    register.update(whos)
     write_atomic(register_path(course, assignment), json.dumps(register, indent=1, sort_keys=True))
+
+
+def remember(course: Path, assignment: str, submissions: Path, found: dict[str, Path]) -> None:
+    """Register the students `grade` found in `submissions` (`found`: {student: folder})."""
+    keep(course, assignment, read(submissions, found))

@@ -336,14 +336,61 @@ def _merge_assignment(db, assignment, cells: dict, records: list[dict]) -> int:
             if gid not in cells:
                 continue
             row = rows.get((record["student"], Path(cells[gid]["notebook"]).stem, gid))
-            if row is not None and _needs_update(row, float(cell["score"])):
-                row.auto_score, row.manual_score = float(cell["score"]), None
+            if row is not None and row.auto_score != float(cell["score"]):
+                row.auto_score = float(cell["score"])  # a manual score (formgrader's) stays
     return len(records)
 
 
-def _needs_update(row, score: float) -> bool:
-    """The gradebook does not hold this auto score yet (or a manual score overrides it)."""
-    return row.auto_score != score or row.manual_score is not None
+def manual_grades(course: Path, assignment: str) -> dict[tuple[str, str], tuple[float, str]]:
+    """{(student, grade_id): (manual score, manual comment)} of every cell formgrader scored
+    by hand in the course's gradebook."""
+    from nbgrader.api import Comment
+
+    found = {}
+    with warnings.catch_warnings(), _gradebook(course) as gb:
+        warnings.simplefilter("ignore")
+        known = {a.name: a for a in gb.assignments}
+        if assignment not in known:
+            return found
+        for (student, _notebook, gid), row in _grade_rows(gb.db, known[assignment]).items():
+            if row.manual_score is None:
+                continue
+            comment = gb.db.query(Comment).filter(
+                Comment.notebook_id == row.notebook_id, Comment.cell.has(name=gid)
+            )
+            text = next((c.manual_comment for c in comment if c.manual_comment), "")
+            found[(student, gid)] = (float(row.manual_score), text or "")
+    return found
+
+
+def write_manual_grades(
+    course: Path, assignment: str, grades: list[tuple[str, str, float, str]]
+) -> int:
+    """Write manual scores and comments (student, grade_id, score, comment) into the gradebook
+    rows that exist (formgrader then shows them); returns how many were written."""
+    from nbgrader.api import Comment
+
+    written = 0
+    with warnings.catch_warnings(), _gradebook(course) as gb:
+        warnings.simplefilter("ignore")
+        known = {a.name: a for a in gb.assignments}
+        if assignment not in known:
+            return 0
+        rows = {
+            (s, gid): row for (s, _nb, gid), row in _grade_rows(gb.db, known[assignment]).items()
+        }
+        for student, gid, score, comment in grades:
+            row = rows.get((student, gid))
+            if row is None:
+                continue
+            row.manual_score = float(score)
+            for note in gb.db.query(Comment).filter(
+                Comment.notebook_id == row.notebook_id, Comment.cell.has(name=gid)
+            ):
+                note.manual_comment = comment
+            written += 1
+        gb.db.commit()
+    return written
 
 
 def _add_missing_students(db, students: set[str]) -> None:

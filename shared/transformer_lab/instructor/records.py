@@ -5,7 +5,11 @@ A result record, ``<course>/autograder/work/results/<assignment>/<student>.json`
     {"student", "assignment", "status": "graded" | "ungradable", "reason": str | None,
      "score", "max_score", "flags": [str], "submission_sha256", "seconds", "graded_at",
      "lesson_sha256", "cells": {grade_id: {"score", "max_score", "passed", "exercises": [check
-     names], "output"}}}
+     names], "output"}}, "submitted_at", "why", "history": [{"score", "max_score", "status",
+     "submitted_at", "graded_at", "why"}]}
+
+``submitted_at``: when the graded submission was handed in (`timing`); ``why``: why it was graded
+(first submission, new submission, changed lesson, --force); ``history``: the earlier gradings.
 
 ``lesson_sha256`` (`lesson_digest`) is the digest of what grading depended on in the lesson's
 source (every nbgrader cell: ids, points, solutions, tests, hidden tests); `stale_records` lists
@@ -261,6 +265,9 @@ def clean_record(record, assignment: str) -> dict:
         "cells": clean_cells,
         "flags": [str(f) for f in flags],
         "submission_sha256": str(record.get("submission_sha256") or ""),
+        "submitted_at": record.get("submitted_at"),
+        "why": record.get("why"),
+        "history": [h for h in record.get("history") or [] if isinstance(h, dict)],
     }
 
 
@@ -317,18 +324,24 @@ def _cell_columns(
 
 
 def write_csv(
-    records: list[dict], out: Path, cells: dict | None = None, course: Path | None = None
+    records: list[dict],
+    out: Path,
+    cells: dict | None = None,
+    course: Path | None = None,
+    more: tuple[list[str], object] | None = None,
 ) -> Path:
-    """Write the grades CSV atomically; `cells` is {assignment: {grade_id: …}} for column order."""
+    """Write the grades CSV atomically; `cells` is {assignment: {grade_id: …}} for column order;
+    `more`: (column names, record -> their values) appended after the cells' columns. A record
+    whose score is None (a non-submitter left blank) has an empty score."""
     columns = _cell_columns(course, records, cells)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(FIXED + [f"{a}/{gid}" for a, gid in columns])
+    writer.writerow(FIXED + [f"{a}/{gid}" for a, gid in columns] + (more[0] if more else []))
     for r in records:
         row = [
             r["student"],
             r["assignment"],
-            f"{float(r.get('score', 0)):g}",
+            "" if r.get("score", 0) is None else f"{float(r.get('score', 0)):g}",
             f"{float(r.get('max_score', 0)):g}",
             r["status"],
             r.get("reason") or "",
@@ -337,7 +350,7 @@ def write_csv(
         for assignment, gid in columns:
             cell = r.get("cells", {}).get(gid) if assignment == r["assignment"] else None
             row.append(f"{float(cell['score']):g}" if cell else "")
-        writer.writerow(row)
+        writer.writerow(row + (more[1](r) if more else []))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import nbformat
 
-from .notebook_format import check_calls, is_graded, nbgrader_meta
+from . import manual, term
+from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
 from .records import load_class_records
 from .submission import submission_sha256
 
@@ -51,10 +52,12 @@ TOP_N = 5
 
 
 def released_cells(course: Path, assignment: str, catalogue: dict | None = None) -> dict:
-    """{grade_id: {"max_score": points, "exercises": [check names]}} in notebook order.
+    """{grade_id: {"max_score": points, "exercises": [check names], "by_hand": bool}} in
+    notebook order.
 
     Read from the released notebook(s) in ``exercises/<assignment>/``: every cell with points,
-    and the ``check.<name>(...)`` calls in its source (restricted to the catalogue when given).
+    and the ``check.<name>(...)`` calls in its source (restricted to the catalogue when given);
+    ``by_hand``: an answer graded by hand (not a test cell), which has no mistakes to count.
     """
     cells = {}
     for path in sorted((Path(course) / "exercises" / assignment).glob("*.ipynb")):
@@ -72,6 +75,7 @@ def released_cells(course: Path, assignment: str, catalogue: dict | None = None)
             cells[meta["grade_id"]] = {
                 "max_score": float(meta.get("points", 0) or 0),
                 "exercises": names,
+                "by_hand": not is_test_cell(cell),
             }
     return cells
 
@@ -153,7 +157,7 @@ def count_mistakes(records: dict, cells: dict, catalogue: dict, fallback: list[s
         if record["status"] != "graded":
             continue
         for grade_id, cell in record["cells"].items():
-            if cell["passed"]:
+            if cell["passed"] or cells.get(grade_id, {}).get("by_hand"):
                 continue
             exercises = (
                 cell["exercises"] or cells.get(grade_id, {}).get("exercises") or list(fallback)
@@ -286,7 +290,46 @@ def summarise(
         "flagged": {s: r["flags"] for s, r in sorted(records.items()) if r["flags"]},
         "identical": identical_submissions(records, untouched),
         "problems": problems,
+        "changes": regrades(records),
     }
+
+
+def enrolled_class(summary: dict, roster: dict[str, str], records: dict) -> dict:
+    """Pass rates over the enrolled class (the roster): who has no record, and per exercise how
+    many of the enrolled passed."""
+    missing = [student for student in roster if student not in records]
+    n = len(roster)
+    return {
+        "enrolled": n,
+        "missing": missing,
+        "exercises": [
+            {
+                "exercise": e["exercise"],
+                "passed": e["passed"],
+                "pass_rate": e["passed"] / n if n else None,
+            }
+            for e in summary["exercises"]
+        ],
+    }
+
+
+def regrades(records: dict) -> list[dict]:
+    """Every student graded more than once: the previous score, the score now, and why."""
+    changes = []
+    for student, record in sorted(records.items()):
+        if record.get("history"):
+            before = record["history"][-1]
+            changes.append(
+                {
+                    "student": student,
+                    "before": before.get("score"),
+                    "after": record["score"],
+                    "why": record.get("why") or "not recorded",
+                    "submitted_at": record.get("submitted_at"),
+                    "gradings": len(record["history"]) + 1,
+                }
+            )
+    return changes
 
 
 def identical_submissions(records: dict, untouched: str = "") -> list[list[str]]:
@@ -429,6 +472,36 @@ def _sections(summary: dict) -> list[tuple[str, str, list[str], list[list[str]]]
             [[", ".join(group)] for group in s.get("identical", [])],
         ),
         (
+            "The enrolled class (roster)",
+            "Pass rates over every enrolled student; a student with no submission has passed "
+            "nothing. Missing: " + (", ".join(s["roster"]["missing"]) or "nobody") + "."
+            if s.get("roster")
+            else "No roster: add one to autograder/work/term.toml to count the enrolled class.",
+            ["exercise", "passed / enrolled", "pass rate"],
+            [
+                [e["exercise"], f"{e['passed']} / {s['roster']['enrolled']}", _pct(e["pass_rate"])]
+                for e in (s.get("roster") or {}).get("exercises", [])
+            ],
+        ),
+        (
+            "Regraded (what changed and why)",
+            "Students graded more than once: the score before, the score now, why it was graded "
+            "again (a new submission, a changed lesson, --force) and when the graded submission "
+            "was handed in.",
+            ["student", "before", "now", "why", "submitted at", "gradings"],
+            [
+                [
+                    c["student"],
+                    _num(c["before"]),
+                    _num(c["after"]),
+                    c["why"],
+                    c["submitted_at"] or "–",
+                    str(c["gradings"]),
+                ]
+                for c in s.get("changes", [])
+            ],
+        ),
+        (
             "Problems",
             "Record files that could not be used.",
             ["problem"],
@@ -502,6 +575,8 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     catalogue = mistake_catalogue()
     records, problems = load_class_records(course, assignment)
+    manual.overlay(course, assignment, records.values())
+    problems += manual.outdated(records)
     cells = released_cells(course, assignment, catalogue)
     if not cells:
         problems.append(f"no released notebook with graded cells in exercises/{assignment}/")
@@ -515,6 +590,9 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
         fallback=_lesson_exercises(assignment),
         untouched=submission_sha256(released) if released.is_dir() else "",
     )
+    settings = term.load(course)
+    if settings.roster is not None:
+        summary["roster"] = enrolled_class(summary, settings.roster, records)
     plot = plot_scores(
         list(summary["scores"].values()),
         summary["max_score"],

@@ -37,7 +37,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 
 from transformer_lab import set_explicit  # noqa: E402
-from transformer_lab.gpt import GPT  # noqa: E402
+from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 
 N_LAYERS, N_HEADS, D_MODEL, BLOCK, BATCH, VOCAB = 4, 4, 128, 64, 12, 65
 
@@ -125,12 +125,7 @@ def one_qkv_twin(course: GPT) -> GPT:
     from transformer_lab.encoder_decoder import Parts
 
     twin = GPT(
-        VOCAB,
-        BLOCK,
-        D_MODEL,
-        N_HEADS,
-        N_LAYERS,
-        activation="gelu",
+        GPTConfig(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, activation="gelu"),
         parts=Parts(attention=OneQKVAttention),
     )
     with torch.no_grad():
@@ -172,14 +167,14 @@ def measure(models, opts, names, x, y, warmup: int, steps: int):
 
 def build(attention_ab: bool = False):
     torch.manual_seed(0)
-    course = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
+    course = GPT(GPTConfig(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS))
     nano = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
     nano_tanh = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, gelu="tanh")
     copy_weights(course, nano)
     copy_weights(course, nano_tanh)
-    exact = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, activation="gelu")
+    exact = GPT(GPTConfig(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, activation="gelu"))
     exact.load_state_dict(course.state_dict())
-    explicit = set_explicit(GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS))
+    explicit = set_explicit(GPT(GPTConfig(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)))
     explicit.load_state_dict(course.state_dict())
     twins = (
         {"course GPT, exact GELU, one qkv parameter": one_qkv_twin(exact)} if attention_ab else {}

@@ -137,6 +137,8 @@ class ViTConfig:
             layer_norm_eps=self.eps,
             hidden_act="gelu",
         )
+        if self.n_classes:  # the rows of ViTForImageClassification's classifier
+            kwargs["num_labels"] = self.n_classes
         return HFViTConfig(**kwargs | overrides)
 
 

@@ -28,7 +28,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 
-from transformer_lab.gpt import GPT  # noqa: E402
+from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 
 CONFIGS = [  # (B, L, d_model, n_heads, n_layers, vocab_size)
     (8, 128, 128, 4, 4, 256),
@@ -99,7 +99,7 @@ def train_step(model, optimizer, idx, targets) -> float:
 
 def bench(B, L, d_model, n_heads, n_layers, vocab_size, reps, warmup=2):
     torch.manual_seed(0)
-    ours = GPT(vocab_size, L, d_model, n_heads, n_layers)
+    ours = GPT(GPTConfig(vocab_size, L, d_model, n_heads, n_layers))
     theirs = TorchGPT(vocab_size, L, d_model, n_heads, n_layers)
     copy_gpt_weights(ours, theirs)
     idx = torch.randint(vocab_size, (B, L))

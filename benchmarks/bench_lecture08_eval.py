@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 
 from transformer_lab import data  # noqa: E402
-from transformer_lab.gpt import GPT, lm_loss  # noqa: E402
+from transformer_lab.gpt import GPT, GPTConfig, lm_loss  # noqa: E402
 
 BLOCK, BATCH = 64, 32
 
@@ -31,7 +31,9 @@ BLOCK, BATCH = 64, 32
 def make(vocab: int) -> GPT:
     """The lecture's model (`make_gpt` in lectures/08_gpt_lecture.ipynb), on the reference parts."""
     torch.manual_seed(0)
-    return GPT(vocab, n_positions=BLOCK, d_model=64, n_heads=4, n_layers=4, activation="gelu")
+    return GPT(
+        GPTConfig(vocab, n_positions=BLOCK, d_model=64, n_heads=4, n_layers=4, activation="gelu")
+    )
 
 
 def cpu_seconds(fn, repeats: int) -> float:

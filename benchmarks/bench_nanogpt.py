@@ -4,10 +4,11 @@
            x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with nn.LayerNorm, one fused qkv
            nn.Linear(d, 3d), F.scaled_dot_product_attention(is_causal=True), an MLP
            d -> 4d -> d with GELU, a final nn.LayerNorm and the output layer tied to wte.
-           A second copy uses GPT-2's tanh GELU, the course GPT's (and Hugging Face GPT-2's)
-           function, which is slower on CPU than the exact GELU nanoGPT uses.
-  course   transformer_lab.gpt.GPT as it ships (its default: the fused kernels, GPT-2's tanh
-           GELU), and the same with `activation="gelu"`, the exact GELU: nanoGPT's architecture.
+           A second copy uses GPT-2's tanh GELU (Hugging Face GPT-2's function, slower on a CPU
+           than the exact GELU nanoGPT uses).
+  course   transformer_lab.gpt.GPT with GPTConfig's defaults (the fused kernels, the exact GELU:
+           nanoGPT's architecture), and the same with `activation="gelu_tanh"`, GPT-2's (what
+           `GPT.from_hf` sets).
   explicit the course GPT with `set_explicit(model)`: the written-out attention and LayerNorm.
 
 Shape: nanoGPT's CPU configuration (4 layers, 4 heads, d_model 128, block 64, batch 12) on a
@@ -25,6 +26,7 @@ is the same). --repeats N runs the whole interleaved measurement N times and end
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -37,7 +39,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 
 from transformer_lab import set_explicit  # noqa: E402
-from transformer_lab.gpt import GPT  # noqa: E402
+from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 
 N_LAYERS, N_HEADS, D_MODEL, BLOCK, BATCH, VOCAB = 4, 4, 128, 64, 12, 65
 
@@ -120,19 +122,11 @@ def _copy_attention(ours, theirs: NanoAttention) -> None:
 
 
 def one_qkv_twin(course: GPT) -> GPT:
-    """The course GPT (exact GELU) built with nanoGPT's attention as its attention part (Parts):
-    W^Q, W^K, W^V stacked into one parameter; everything else is the course's."""
+    """The course GPT built with nanoGPT's attention as its attention part (Parts): W^Q, W^K,
+    W^V stacked into one parameter; everything else is the course's."""
     from transformer_lab.encoder_decoder import Parts
 
-    twin = GPT(
-        VOCAB,
-        BLOCK,
-        D_MODEL,
-        N_HEADS,
-        N_LAYERS,
-        activation="gelu",
-        parts=Parts(attention=OneQKVAttention),
-    )
+    twin = GPT(course.cfg, parts=Parts(attention=OneQKVAttention))
     with torch.no_grad():
         for ours, theirs in zip(course.blocks, twin.blocks):
             _copy_attention(ours.self_attn, theirs.self_attn)
@@ -172,23 +166,22 @@ def measure(models, opts, names, x, y, warmup: int, steps: int):
 
 def build(attention_ab: bool = False):
     torch.manual_seed(0)
-    course = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
+    cfg = GPTConfig(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)  # the defaults, at these sizes
+    course = GPT(cfg)
     nano = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)
     nano_tanh = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, gelu="tanh")
     copy_weights(course, nano)
     copy_weights(course, nano_tanh)
-    exact = GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, activation="gelu")
-    exact.load_state_dict(course.state_dict())
-    explicit = set_explicit(GPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS))
+    tanh = GPT(dataclasses.replace(cfg, activation="gelu_tanh"))
+    tanh.load_state_dict(course.state_dict())
+    explicit = set_explicit(GPT(cfg))
     explicit.load_state_dict(course.state_dict())
-    twins = (
-        {"course GPT, exact GELU, one qkv parameter": one_qkv_twin(exact)} if attention_ab else {}
-    )
+    twins = {"course GPT, one qkv parameter": one_qkv_twin(course)} if attention_ab else {}
     return {
         "nanoGPT": nano,
         "nanoGPT, tanh GELU": nano_tanh,
         "course GPT": course,
-        "course GPT, exact GELU": exact,
+        "course GPT, tanh GELU": tanh,
         "course GPT, explicit": explicit,
     } | twins
 
@@ -213,13 +206,13 @@ def main() -> None:
     y = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
     with torch.no_grad():
         losses = {k: loss_of(m, x, y).item() for k, m in models.items()}
-    assert abs(losses["nanoGPT"] - losses["course GPT"]) < 1e-3, losses
-    assert abs(losses["nanoGPT"] - losses["course GPT, exact GELU"]) < 1e-5, losses
+    assert abs(losses["nanoGPT"] - losses["course GPT"]) < 1e-5, losses
+    assert abs(losses["nanoGPT, tanh GELU"] - losses["course GPT, tanh GELU"]) < 1e-5, losses
+    assert abs(losses["nanoGPT"] - losses["course GPT, tanh GELU"]) < 1e-3, losses
     assert abs(losses["course GPT, explicit"] - losses["course GPT"]) < 1e-5, losses
-    assert abs(losses["nanoGPT, tanh GELU"] - losses["course GPT"]) < 1e-5, losses
     for name in models:
         if "one qkv" in name:
-            assert abs(losses[name] - losses["course GPT, exact GELU"]) < 1e-5, losses
+            assert abs(losses[name] - losses["course GPT"]) < 1e-5, losses
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     names = list(models)
     print(

@@ -874,7 +874,7 @@ def bench_gpt_step(
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_nanogpt import NanoGPT, copy_weights
 
-    from transformer_lab.gpt import GPT
+    from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.train import low_precision_dtype
 
     if quick:
@@ -885,7 +885,7 @@ def bench_gpt_step(
     timed = _timer(device)
     rows = [] if rows is None else rows
     torch.manual_seed(0)
-    course = GPT(V, T, d, h, n, activation="gelu").to(device)  # nanoGPT's exact GELU
+    course = GPT(GPTConfig(V, T, d, h, n, activation="gelu")).to(device)  # nanoGPT's exact GELU
     nano = NanoGPT(V, T, d, h, n).to(device)
     copy_weights(course, nano)
     g = torch.Generator().manual_seed(1)

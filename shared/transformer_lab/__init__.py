@@ -11,6 +11,7 @@ from .add_norm import EncoderBlock, FeedForward, LayerNorm, set_explicit
 from .attention import SelfAttention, fused_attention, scaled_dot_product_attention
 from .bart import (
     BART,
+    BARTConfig,
     document_rotation,
     sentence_permutation,
     shift_tokens_right,
@@ -22,6 +23,7 @@ from .bart import (
 from .bert import (
     BERT,
     BertClassifier,
+    BERTConfig,
     BertForPreTraining,
     WordPieceTokenizer,
     bert_mask_tokens,
@@ -30,8 +32,24 @@ from .bert import (
 )
 from .clip import CLIP, CLIPConfig, clip_loss, zero_shot_classify
 from .efficient import online_softmax, peak_memory, tiled_attention
-from .encoder_decoder import DecoderBlock, Parts, Transformer, beam_search, greedy_decode
-from .gpt import GPT, GPTBlock, GPTClassifier, finetune_loss, lm_loss, sample_next, shift_targets
+from .encoder_decoder import (
+    DecoderBlock,
+    Parts,
+    Transformer,
+    TransformerConfig,
+    beam_search,
+    greedy_decode,
+)
+from .gpt import (
+    GPT,
+    GPTBlock,
+    GPTClassifier,
+    GPTConfig,
+    finetune_loss,
+    lm_loss,
+    sample_next,
+    shift_targets,
+)
 from .masking import causal_mask, combine_masks, padding_mask
 from .multihead import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .positional import (
@@ -52,21 +70,25 @@ from .scaling import (
     performer_attention,
     sliding_window_mask,
 )
-from .vit import ViT, patchify, unpatchify
+from .vit import ViT, ViTConfig, patchify, unpatchify
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BART",
+    "BARTConfig",
     "BERT",
+    "BERTConfig",
     "BertClassifier",
     "BertForPreTraining",
     "CLIP",
     "CLIPConfig",
     "GPT",
     "GPTBlock",
+    "GPTConfig",
     "GPTClassifier",
     "ViT",
+    "ViTConfig",
     "WordPieceTokenizer",
     "bert_mask_tokens",
     "clip_loss",
@@ -105,6 +127,7 @@ __all__ = [
     "SelfAttention",
     "SinusoidalPositionalEncoding",
     "Transformer",
+    "TransformerConfig",
     "beam_search",
     "causal_mask",
     "combine_masks",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -288,6 +289,110 @@ class BartLearnedPositions(nn.Module):
         return self.weight[positions + self.offset]
 
 
+@dataclass
+class BARTConfig:
+    """The sizes and settings of a BART. The defaults are a small model trained from scratch
+    (lesson 10); `BARTConfig.from_hf` reads a `transformers.BartConfig`.
+
+        vocab_size:        number of tokens; the embedding E is shared by both sides and the
+                           output layer.
+        d_model, n_heads, d_ff: width, heads and FFN hidden size (the same on both sides).
+        n_encoder_layers, n_decoder_layers: the depth of each side.
+        max_position:      at most this many positions on each side (learned tables).
+        dropout:           on the embeddings, attention weights and residual branches.
+        eps:               the LayerNorm epsilon.
+        scale_embedding:   multiply E[ids] by sqrt(d_model) (False in BART's checkpoints).
+        activation:        the FFN's nonlinearity (`add_norm.ACTIVATIONS`): BART's exact GELU.
+        pad_id, bos_id, eos_id, decoder_start_id: BART's special ids (<pad> 1, <s> 0, </s> 2;
+                           the decoder starts from </s>).
+    (The fields keep the order of BART's former positional arguments.)
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    n_heads: int = 4
+    n_encoder_layers: int = 2
+    n_decoder_layers: int = 2
+    d_ff: int = 256
+    max_position: int = 1024
+    dropout: float = 0.0
+    pad_id: int = 1
+    eps: float = 1e-5
+    scale_embedding: bool = False
+    activation: str = "gelu"
+    bos_id: int = 0
+    eos_id: int = 2
+    decoder_start_id: int = 2
+
+    def __post_init__(self):
+        if self.activation not in HF_ACTIVATIONS.values():
+            raise ValueError(
+                f"activation must be one of {sorted(set(HF_ACTIVATIONS.values()))}, "
+                f"got {self.activation!r}"
+            )
+        for name in ("pad_id", "bos_id", "eos_id", "decoder_start_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(
+                    f"{name}={getattr(self, name)} is not an id of {self.vocab_size} tokens"
+                )
+
+    @classmethod
+    def from_hf(cls, c) -> BARTConfig:
+        """Our BARTConfig for a `transformers.BartConfig`."""
+        if (
+            c.encoder_attention_heads != c.decoder_attention_heads
+            or c.encoder_ffn_dim != c.decoder_ffn_dim
+        ):
+            raise ValueError("encoder and decoder must have the same number of heads and d_ff")
+        if c.activation_function not in HF_ACTIVATIONS:
+            raise ValueError(f"unsupported activation_function {c.activation_function!r}")
+        return cls(
+            vocab_size=c.vocab_size,
+            d_model=c.d_model,
+            n_heads=c.encoder_attention_heads,
+            n_encoder_layers=c.encoder_layers,
+            n_decoder_layers=c.decoder_layers,
+            d_ff=c.encoder_ffn_dim,
+            max_position=c.max_position_embeddings,
+            dropout=c.dropout,
+            eps=1e-5,
+            scale_embedding=c.scale_embedding,
+            activation=HF_ACTIVATIONS[c.activation_function],
+            pad_id=c.pad_token_id,
+            bos_id=c.bos_token_id,
+            eos_id=c.eos_token_id,
+            decoder_start_id=c.decoder_start_token_id,
+        )
+
+    def to_hf(self, **overrides):
+        """A `transformers.BartConfig` with these sizes (needs `transformers`)."""
+        from transformers import BartConfig
+
+        to_hf_activation = {ours: theirs for theirs, ours in reversed(HF_ACTIVATIONS.items())}
+        kwargs = dict(
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            encoder_attention_heads=self.n_heads,
+            decoder_attention_heads=self.n_heads,
+            encoder_layers=self.n_encoder_layers,
+            decoder_layers=self.n_decoder_layers,
+            encoder_ffn_dim=self.d_ff,
+            decoder_ffn_dim=self.d_ff,
+            max_position_embeddings=self.max_position,
+            dropout=self.dropout,
+            attention_dropout=self.dropout,
+            activation_dropout=0.0,
+            scale_embedding=self.scale_embedding,
+            activation_function=to_hf_activation[self.activation],
+            pad_token_id=self.pad_id,
+            bos_token_id=self.bos_id,
+            eos_token_id=self.eos_id,
+            decoder_start_token_id=self.decoder_start_id,
+            forced_eos_token_id=None,
+        )
+        return BartConfig(**kwargs | overrides)
+
+
 class BART(nn.Module):
     """BART: a post-norm encoder–decoder with learned positions and a shared, tied embedding.
 
@@ -303,61 +408,52 @@ class BART(nn.Module):
         h = DecoderBlock_M(... (x_dec, memory))              (causal self-attn + cross-attn)
         logits = h Eᵀ + final_logits_bias                    (output layer tied to E)
 
+    BART(cfg: BARTConfig, parts=None)
     parts: what it is built from (`Parts()`, the reference, by default): `parts.encoder_block`s
     and `parts.decoder_block`s given `parts.sublayers`, and `parts.norm` for the two
     layernorm_embedding.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        n_heads: int,
-        n_encoder_layers: int,
-        n_decoder_layers: int,
-        d_ff: int,
-        max_position: int = 1024,
-        dropout: float = 0.0,
-        pad_id: int = 1,
-        eps: float = 1e-5,
-        scale_embedding: bool = False,
-        activation: str = "gelu",
-        bos_id: int = 0,
-        eos_id: int = 2,
-        decoder_start_id: int = 2,
-        parts: Parts | None = None,
-    ):
+    def __init__(self, cfg: BARTConfig, parts: Parts | None = None):
         super().__init__()
         parts = Parts() if parts is None else parts
-        self.vocab_size, self.d_model = vocab_size, d_model
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
-        self.decoder_start_id = decoder_start_id
-        self.embed_scale = math.sqrt(d_model) if scale_embedding else 1.0
+        self.cfg = cfg
+        self.vocab_size, self.d_model = cfg.vocab_size, cfg.d_model
+        self.pad_id, self.bos_id, self.eos_id = cfg.pad_id, cfg.bos_id, cfg.eos_id
+        self.decoder_start_id = cfg.decoder_start_id
+        self.embed_scale = math.sqrt(cfg.d_model) if cfg.scale_embedding else 1.0
 
-        self.shared = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)  # E
+        self.shared = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)  # E
         # BART's init_std: E is also the output layer, and N(0, 1) rows would start the logits
         # h Eᵀ at a scale of √d_model (an initial loss of ~50 instead of ln V)
         nn.init.normal_(self.shared.weight, std=0.02)
         with torch.no_grad():
-            self.shared.weight[pad_id].zero_()
-        self.encoder_positions = BartLearnedPositions(max_position, d_model)
-        self.decoder_positions = BartLearnedPositions(max_position, d_model)
-        self.encoder_layernorm_embedding = parts.norm(d_model, eps)
-        self.decoder_layernorm_embedding = parts.norm(d_model, eps)
-        self.dropout = nn.Dropout(dropout)
-        block_args = dict(
-            dropout=dropout, norm_first=False, activation=activation, eps=eps, **parts.sublayers
+            self.shared.weight[cfg.pad_id].zero_()
+        self.encoder_positions = BartLearnedPositions(cfg.max_position, cfg.d_model)
+        self.decoder_positions = BartLearnedPositions(cfg.max_position, cfg.d_model)
+        self.encoder_layernorm_embedding = parts.norm(cfg.d_model, cfg.eps)
+        self.decoder_layernorm_embedding = parts.norm(cfg.d_model, cfg.eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        sizes = (cfg.d_model, cfg.n_heads, cfg.d_ff)
+        block = dict(
+            dropout=cfg.dropout,
+            norm_first=False,
+            activation=cfg.activation,
+            eps=cfg.eps,
+            **parts.sublayers,
         )
         self.encoder = nn.ModuleList(
-            parts.encoder_block(d_model, n_heads, d_ff, **block_args)
-            for _ in range(n_encoder_layers)
+            parts.encoder_block(*sizes, **block) for _ in range(cfg.n_encoder_layers)
         )
         self.decoder = nn.ModuleList(
-            parts.decoder_block(d_model, n_heads, d_ff, **block_args)
-            for _ in range(n_decoder_layers)
+            parts.decoder_block(*sizes, **block) for _ in range(cfg.n_decoder_layers)
         )
-        self.register_buffer("final_logits_bias", torch.zeros(vocab_size))
+        self.register_buffer("final_logits_bias", torch.zeros(cfg.vocab_size))
         parts.built(self)
+
+    def to_hf_config(self, **overrides):
+        """A `transformers.BartConfig` with this model's shape (needs `transformers`)."""
+        return self.cfg.to_hf(**overrides)
 
     def _embed(self, ids: torch.Tensor, positions: BartLearnedPositions, norm: nn.Module):
         x = self.shared(ids) * self.embed_scale + positions(ids.shape[1])
@@ -531,34 +627,11 @@ def from_hf(hf_model: nn.Module, parts: Parts | None = None) -> BART:
             "from_hf expects a transformers BartModel or BartForConditionalGeneration, "
             f"got {type(hf_model).__name__}"
         )
-    c = hf_model.config
-    if (
-        c.encoder_attention_heads != c.decoder_attention_heads
-        or c.encoder_ffn_dim != c.decoder_ffn_dim
-    ):
-        raise ValueError("encoder and decoder must have the same number of heads and d_ff")
-    if c.activation_function not in HF_ACTIVATIONS:
-        raise ValueError(f"unsupported activation_function {c.activation_function!r}")
-    model = BART(
-        vocab_size=c.vocab_size,
-        d_model=c.d_model,
-        n_heads=c.encoder_attention_heads,
-        n_encoder_layers=c.encoder_layers,
-        n_decoder_layers=c.decoder_layers,
-        d_ff=c.encoder_ffn_dim,
-        max_position=c.max_position_embeddings,
-        dropout=c.dropout,
-        pad_id=c.pad_token_id,
-        scale_embedding=c.scale_embedding,
-        activation=HF_ACTIVATIONS[c.activation_function],
-        bos_id=c.bos_token_id,
-        eos_id=c.eos_token_id,
-        decoder_start_id=c.decoder_start_token_id,
-        parts=parts,
-    )
+    model = BART(BARTConfig.from_hf(hf_model.config), parts=parts)
+    c = model.cfg
     theirs = body.state_dict()
     ours = model.state_dict()
-    key_map = hf_key_map(c.encoder_layers, c.decoder_layers)
+    key_map = hf_key_map(c.n_encoder_layers, c.n_decoder_layers)
     unmapped = set(ours) - set(key_map) - {"final_logits_bias"}
     if unmapped:
         raise RuntimeError(f"no Hugging Face key for {sorted(unmapped)}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -125,30 +126,96 @@ def init_bert_weights(module: nn.Module, std: float = 0.02) -> None:
             module.weight[module.padding_idx].zero_()
 
 
+@dataclass
+class BERTConfig:
+    """The sizes and settings of a BERT. The defaults are a small model trained from scratch on
+    the course's data (lesson 09); `BERTConfig.from_hf` reads a `transformers.BertConfig`.
+
+        vocab_size:       number of tokens (WordPiece ids).
+        d_model, n_heads, n_layers, d_ff: width, heads, number of blocks, FFN hidden size.
+        max_position:     at most this many positions (learned table).
+        type_vocab_size:  number of segments (token types): 2, sentence A and sentence B.
+        dropout:          on the embeddings, attention weights and residual branches.
+        eps:              the LayerNorm epsilon (BERT's 1e-12).
+        pad_id:           the [PAD] id: its embedding row starts at zero, and it is masked out
+                          when no attention_mask is given.
+    """
+
+    vocab_size: int
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 512
+    max_position: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.0
+    eps: float = 1e-12
+    pad_id: int = 0
+
+    def __post_init__(self):
+        for name in ("vocab_size", "max_position", "type_vocab_size", "n_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} is not an id of {self.vocab_size} tokens")
+
+    @classmethod
+    def from_hf(cls, config, dropout: float | None = None) -> BERTConfig:
+        """Our BERTConfig for a transformers.BertConfig (or its dict, as in a config.json)."""
+        get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
+        if get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"only hidden_act='gelu' is supported, got {get('hidden_act')!r}")
+        if get("position_embedding_type", "absolute") != "absolute":
+            raise ValueError("only absolute position embeddings are supported")
+        return cls(
+            vocab_size=get("vocab_size"),
+            d_model=get("hidden_size"),
+            n_heads=get("num_attention_heads"),
+            n_layers=get("num_hidden_layers"),
+            d_ff=get("intermediate_size"),
+            max_position=get("max_position_embeddings", 512),
+            type_vocab_size=get("type_vocab_size", 2),
+            dropout=get("hidden_dropout_prob", 0.0) if dropout is None else dropout,
+            eps=get("layer_norm_eps", 1e-12),
+            pad_id=get("pad_token_id", 0) or 0,
+        )
+
+    def to_hf(self, **overrides):
+        """A `transformers.BertConfig` with these sizes (needs `transformers`)."""
+        from transformers import BertConfig
+
+        kwargs = dict(
+            vocab_size=self.vocab_size,
+            hidden_size=self.d_model,
+            num_attention_heads=self.n_heads,
+            num_hidden_layers=self.n_layers,
+            intermediate_size=self.d_ff,
+            max_position_embeddings=self.max_position,
+            type_vocab_size=self.type_vocab_size,
+            hidden_dropout_prob=self.dropout,
+            attention_probs_dropout_prob=self.dropout,
+            layer_norm_eps=self.eps,
+            pad_token_id=self.pad_id,
+            hidden_act="gelu",
+        )
+        return BertConfig(**kwargs | overrides)
+
+
 class BertEmbeddings(nn.Module):
     """word + position + token type (segment) embeddings, then LayerNorm and dropout.
 
+    BertEmbeddings(cfg: BERTConfig, norm=LayerNorm)
     forward(input_ids (B, L), token_type_ids (B, L)) -> (B, L, d_model)
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        max_position: int = 512,
-        type_vocab_size: int = 2,
-        dropout: float = 0.0,
-        eps: float = 1e-12,
-        pad_id: int = 0,
-        norm: type[nn.Module] = LayerNorm,
-    ):
+    def __init__(self, cfg: BERTConfig, norm: type[nn.Module] = LayerNorm):
         super().__init__()
-        self.max_position = max_position
-        self.word_embeddings = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
-        self.position_embeddings = nn.Embedding(max_position, d_model)
-        self.token_type_embeddings = nn.Embedding(type_vocab_size, d_model)
-        self.norm = norm(d_model, eps)
-        self.dropout = nn.Dropout(dropout)
+        self.max_position = cfg.max_position
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position, cfg.d_model)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+        self.norm = norm(cfg.d_model, cfg.eps)
+        self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         L = input_ids.shape[1]
@@ -172,47 +239,30 @@ class BERT(nn.Module):
             Face); default: every token that is not `pad_id`.
     pool(hidden (B, L, d_model)) -> (B, d_model): tanh(dense(hidden of [CLS])).
 
+    BERT(cfg: BERTConfig, parts=None)
     parts: what it is built from (`Parts()`, the reference, by default): n_layers
     `parts.encoder_block`s (post-norm, GELU) given `parts.sublayers`, and the embeddings'
     LayerNorm is a `parts.norm`.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int,
-        max_position: int = 512,
-        type_vocab_size: int = 2,
-        dropout: float = 0.0,
-        eps: float = 1e-12,
-        pad_id: int = 0,
-        parts: Parts | None = None,
-    ):
+    def __init__(self, cfg: BERTConfig, parts: Parts | None = None):
         super().__init__()
         parts = Parts() if parts is None else parts
-        self.vocab_size, self.d_model, self.pad_id = vocab_size, d_model, pad_id
-        self.embeddings = BertEmbeddings(
-            vocab_size, d_model, max_position, type_vocab_size, dropout, eps, pad_id, parts.norm
-        )
+        self.cfg = cfg
+        self.vocab_size, self.d_model, self.pad_id = cfg.vocab_size, cfg.d_model, cfg.pad_id
+        self.embeddings = BertEmbeddings(cfg, parts.norm)
+        block = dict(norm_first=False, activation="gelu", eps=cfg.eps, **parts.sublayers)
         self.blocks = nn.ModuleList(
-            parts.encoder_block(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout,
-                norm_first=False,
-                activation="gelu",
-                eps=eps,
-                **parts.sublayers,
-            )
-            for _ in range(n_layers)
+            parts.encoder_block(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, **block)
+            for _ in range(cfg.n_layers)
         )
-        self.pooler = nn.Linear(d_model, d_model)
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model)
         self.apply(init_bert_weights)
         parts.built(self)
+
+    def to_hf_config(self, **overrides):
+        """A `transformers.BertConfig` with this model's shape (needs `transformers`)."""
+        return self.cfg.to_hf(**overrides)
 
     def forward(
         self,
@@ -375,24 +425,7 @@ def copy_weights(
 def bert_from_config(config, dropout: float | None = None, parts: Parts | None = None) -> BERT:
     """An (untrained) BERT with the sizes of a transformers.BertConfig (or its dict), built from
     `parts` (the reference by default)."""
-    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-    if get("hidden_act", "gelu") != "gelu":
-        raise ValueError(f"only hidden_act='gelu' is supported, got {get('hidden_act')!r}")
-    if get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError("only absolute position embeddings are supported")
-    return BERT(
-        vocab_size=get("vocab_size"),
-        d_model=get("hidden_size"),
-        n_heads=get("num_attention_heads"),
-        n_layers=get("num_hidden_layers"),
-        d_ff=get("intermediate_size"),
-        max_position=get("max_position_embeddings", 512),
-        type_vocab_size=get("type_vocab_size", 2),
-        dropout=get("hidden_dropout_prob", 0.0) if dropout is None else dropout,
-        eps=get("layer_norm_eps", 1e-12),
-        pad_id=get("pad_token_id", 0) or 0,
-        parts=parts,
-    )
+    return BERT(BERTConfig.from_hf(config, dropout), parts=parts)
 
 
 def from_hf(hf_model, parts: Parts | None = None) -> nn.Module:

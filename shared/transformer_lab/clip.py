@@ -42,7 +42,7 @@ from torch import nn
 from ._validate import require_ndim
 from .encoder_decoder import Parts
 from .masking import causal_mask
-from .vit import ViT
+from .vit import ViT, ViTConfig
 
 __all__ = [
     "CLIP",
@@ -346,7 +346,7 @@ class CLIP(nn.Module):
         cfg = CLIPConfig() if cfg is None else cfg
         parts = Parts() if parts is None else parts
         self.cfg = cfg
-        self.vision = ViT(
+        vision = ViTConfig(
             image_size=cfg.image_size,
             patch_size=cfg.patch_size,
             n_channels=cfg.n_channels,
@@ -359,8 +359,8 @@ class CLIP(nn.Module):
             eps=cfg.eps,
             activation=cfg.activation,
             pre_norm=True,
-            parts=parts,
         )
+        self.vision = ViT(vision, parts=parts)
         self.text = CLIPTextEncoder(
             vocab_size=cfg.vocab_size,
             max_len=cfg.max_len,

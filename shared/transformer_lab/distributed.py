@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import data
-from .gpt import GPT, lm_loss
+from .gpt import GPT, GPTConfig, lm_loss
 
 
 @dataclass
@@ -119,13 +119,14 @@ def train(cfg: RunConfig, backend: str | None = None, grad_file: str | None = No
         ids = tokenizer.encode(text)
 
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-        model = GPT(
+        sizes = GPTConfig(
             tokenizer.vocab_size,
             n_positions=cfg.block_size,
             d_model=cfg.d_model,
             n_heads=cfg.n_heads,
             n_layers=cfg.n_layers,
-        ).to(device)
+        )
+        model = GPT(sizes).to(device)
         if world > 1:  # DDP broadcasts rank 0's weights and averages gradients in backward
             net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         else:

@@ -114,9 +114,41 @@ class Parts:
             self.report(model)
 
 
+@dataclass
+class TransformerConfig:
+    """The sizes and settings of the encoder–decoder Transformer (a small one trained from scratch
+    on lesson 07's toy translation tasks by default).
+
+        src_vocab, tgt_vocab: the two vocabularies (they may be the same size).
+        d_model, n_heads, n_layers, d_ff: width, heads, blocks on each side, FFN hidden size.
+        dropout:    on the embeddings and the sublayers (the paper's P_drop = 0.1).
+        max_len:    rows of the sinusoidal position table.
+        pad_id:     the padding id: no query attends to it.
+        norm_first: pre-norm blocks (and a final LayerNorm on each side) instead of the paper's
+                    post-norm.
+    """
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 512
+    dropout: float = 0.1
+    max_len: int = 512
+    pad_id: int = 0
+    norm_first: bool = False
+
+    def __post_init__(self):
+        for name in ("src_vocab", "tgt_vocab", "max_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
 class Transformer(nn.Module):
     """The encoder–decoder of Vaswani et al. (2017) for token sequences.
 
+    Transformer(cfg: TransformerConfig, parts=None)
     forward(src (B, L_s), tgt_in (B, L_t)) -> logits (B, L_t, tgt_vocab), where tgt_in is the
     target shifted right (starting with BOS) — teacher forcing.
 
@@ -125,38 +157,27 @@ class Transformer(nn.Module):
     `parts.norm` for the final LayerNorms of a pre-norm stack.
     """
 
-    def __init__(
-        self,
-        src_vocab: int,
-        tgt_vocab: int,
-        d_model: int = 128,
-        n_heads: int = 4,
-        n_layers: int = 2,
-        d_ff: int = 512,
-        dropout: float = 0.1,
-        max_len: int = 512,
-        pad_id: int = 0,
-        norm_first: bool = False,
-        parts: Parts | None = None,
-    ):
+    def __init__(self, cfg: TransformerConfig, parts: Parts | None = None):
         super().__init__()
         parts = Parts() if parts is None else parts
-        self.d_model, self.pad_id = d_model, pad_id
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        self.pos = SinusoidalPositionalEncoding(d_model, max_len)
-        self.embed_dropout = nn.Dropout(dropout)
-        block = dict(dropout=dropout, norm_first=norm_first, **parts.sublayers)
+        self.cfg = cfg
+        self.d_model, self.pad_id = cfg.d_model, cfg.pad_id
+        self.src_embed = nn.Embedding(cfg.src_vocab, cfg.d_model)
+        self.tgt_embed = nn.Embedding(cfg.tgt_vocab, cfg.d_model)
+        self.pos = SinusoidalPositionalEncoding(cfg.d_model, cfg.max_len)
+        self.embed_dropout = nn.Dropout(cfg.dropout)
+        sizes = (cfg.d_model, cfg.n_heads, cfg.d_ff)
+        block = dict(dropout=cfg.dropout, norm_first=cfg.norm_first, **parts.sublayers)
         self.encoder = nn.ModuleList(
-            parts.encoder_block(d_model, n_heads, d_ff, **block) for _ in range(n_layers)
+            parts.encoder_block(*sizes, **block) for _ in range(cfg.n_layers)
         )
         self.decoder = nn.ModuleList(
-            parts.decoder_block(d_model, n_heads, d_ff, **block) for _ in range(n_layers)
+            parts.decoder_block(*sizes, **block) for _ in range(cfg.n_layers)
         )
         # pre-norm stacks end with a LayerNorm; post-norm blocks already end normalised
-        self.encoder_norm = parts.norm(d_model, 1e-5) if norm_first else nn.Identity()
-        self.decoder_norm = parts.norm(d_model, 1e-5) if norm_first else nn.Identity()
-        self.generator = nn.Linear(d_model, tgt_vocab)
+        self.encoder_norm = parts.norm(cfg.d_model, 1e-5) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = parts.norm(cfg.d_model, 1e-5) if cfg.norm_first else nn.Identity()
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab)
         parts.built(self)
 
     def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor) -> torch.Tensor:

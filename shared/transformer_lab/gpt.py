@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -56,15 +57,100 @@ def _require_token_ids(name: str, idx: torch.Tensor, vocab_size: int) -> None:
         )
 
 
+@dataclass
+class GPTConfig:
+    """The sizes and settings of a GPT. The defaults are those of a small model trained from
+    scratch (nanoGPT's CPU configuration: 4 blocks of 4 heads, d_model 128, a context of 64).
+
+        vocab_size:  number of tokens V.
+        n_positions: the context size: at most this many positions (learned table W_p).
+        d_model, n_heads, n_layers: width, heads per block, number of blocks.
+        d_ff:        hidden size of the feed-forward network; None means 4 * d_model.
+        dropout:     on the embeddings, attention weights and residual branches.
+        eps:         the LayerNorm epsilon.
+        activation:  the feed-forward network's nonlinearity, one of `add_norm.ACTIVATIONS`:
+                     "gelu" (the default) is the exact GELU, nanoGPT's, cheaper on a CPU;
+                     "gelu_tanh" is GPT-2's tanh approximation, which GPT-2's weights need
+                     (`GPT.from_hf` sets it).
+    """
+
+    vocab_size: int
+    n_positions: int = 64
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 4
+    d_ff: int | None = None
+    dropout: float = 0.0
+    eps: float = 1e-5
+    activation: str = "gelu"
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
+            )
+        for name in ("vocab_size", "n_positions", "n_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def from_hf(cls, hf_config) -> GPTConfig:
+        """Our GPTConfig for a `transformers.GPT2Config` (GPT-2's tanh GELU: "gelu_new")."""
+        activation = getattr(hf_config, "activation_function", "gelu_new")
+        if activation not in _FROM_HF_ACTIVATION:
+            raise ValueError(
+                f"GPT loads a GELU ({', '.join(sorted(_FROM_HF_ACTIVATION))} in Hugging Face's "
+                f"names); the model's activation is {activation!r}"
+            )
+        if not getattr(hf_config, "scale_attn_weights", True) or getattr(
+            hf_config, "scale_attn_by_inverse_layer_idx", False
+        ):
+            raise ValueError("GPT scales attention scores by 1/sqrt(d_k) only; this config differs")
+        return cls(
+            vocab_size=hf_config.vocab_size,
+            n_positions=hf_config.n_positions,
+            d_model=hf_config.n_embd,
+            n_heads=hf_config.n_head,
+            n_layers=hf_config.n_layer,
+            d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
+            dropout=hf_config.resid_pdrop,
+            eps=hf_config.layer_norm_epsilon,
+            activation=_FROM_HF_ACTIVATION[activation],
+        )
+
+    def to_hf(self, **overrides):
+        """A `transformers.GPT2Config` with these sizes (needs `transformers`)."""
+        from transformers import GPT2Config
+
+        kwargs = dict(
+            vocab_size=self.vocab_size,
+            n_positions=self.n_positions,
+            n_embd=self.d_model,
+            n_layer=self.n_layers,
+            n_head=self.n_heads,
+            n_inner=self.d_ff,
+            activation_function=_TO_HF_ACTIVATION[self.activation],
+            resid_pdrop=self.dropout,
+            embd_pdrop=self.dropout,
+            attn_pdrop=self.dropout,
+            layer_norm_epsilon=self.eps,
+            tie_word_embeddings=True,
+            bos_token_id=self.vocab_size - 1,
+            eos_token_id=self.vocab_size - 1,
+        )
+        return GPT2Config(**kwargs | overrides)
+
+
 class GPTBlock(nn.Module):
     """GPT-2's decoder-only block: causal self-attention and the FFN, each pre-norm with a residual.
 
         x = x + attn(norm1(x), causal mask)      (no cross-attention: there is no encoder)
-        x = x + ffn(norm2(x))                    (GELU: GPT-2's tanh one by default)
+        x = x + ffn(norm2(x))                    (cfg.activation: a GELU)
 
     Lesson 05's pre-norm block with lesson 06's causal mask, plus the KV cache for generation.
     The sublayers are built from the classes passed in (`attention`, `norm`, `ffn`).
 
+    GPTBlock(cfg: GPTConfig, *, attention, norm, ffn)
     forward(x (B, L, d_model), mask=None, cache=None, is_causal=False) -> (B, L, d_model)
     is_causal=True says `mask` is the plain causal mask (L, L); an attention that takes the hint
     (the reference's) then lets its fused kernel mask by itself.
@@ -74,24 +160,20 @@ class GPTBlock(nn.Module):
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        eps: float = 1e-5,
-        activation: str = "gelu_tanh",
+        cfg: GPTConfig,
         *,
         attention: type[nn.Module] = MultiHeadAttention,
         norm: type[nn.Module] = LayerNorm,
         ffn: type[nn.Module] = FeedForward,
     ):
         super().__init__()
-        self.self_attn = attention(d_model, n_heads, dropout=dropout)
-        self.ffn = ffn(d_model, d_ff, activation, dropout)
-        self.norm1 = norm(d_model, eps)
-        self.norm2 = norm(d_model, eps)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        d_model, d_ff = cfg.d_model, cfg.d_ff or 4 * cfg.d_model
+        self.self_attn = attention(d_model, cfg.n_heads, dropout=cfg.dropout)
+        self.ffn = ffn(d_model, d_ff, cfg.activation, cfg.dropout)
+        self.norm1 = norm(d_model, cfg.eps)
+        self.norm2 = norm(d_model, cfg.eps)
+        self.dropout1 = nn.Dropout(cfg.dropout)
+        self.dropout2 = nn.Dropout(cfg.dropout)
         forward = inspect.signature(self.self_attn.forward).parameters
         self.takes_is_causal = "is_causal" in forward  # a student's attention need not
 
@@ -112,17 +194,8 @@ class GPTBlock(nn.Module):
 class GPT(nn.Module):
     """A GPT-2-style decoder-only Transformer language model.
 
-    Args:
-        vocab_size: number of tokens V.
-        n_positions: the context size: at most this many positions (learned table W_p).
-        d_model, n_heads, n_layers: width, heads per block, number of blocks.
-        d_ff: hidden size of the feed-forward network; defaults to 4 * d_model.
-        dropout: dropout on the embeddings, attention weights and residual branches.
-        eps: the LayerNorm epsilon.
-        activation: the feed-forward network's nonlinearity, one of `add_norm.ACTIVATIONS`:
-            "gelu_tanh" (the default) is GPT-2's tanh approximation of the GELU, which GPT-2's
-            weights need (`from_hf` sets it); "gelu" is the exact GELU (nanoGPT's), cheaper on
-            a CPU.
+    GPT(cfg: GPTConfig, parts=None)
+        cfg:   the sizes (see `GPTConfig`).
         parts: what the blocks are made of (`Parts()`, the reference, by default): each of the
             n_layers `GPTBlock`s builds its sublayers from `parts.attention`, `parts.norm` and
             `parts.ffn`, and `ln_f` is a `parts.norm`. Pass `student.parts()` for your own.
@@ -132,43 +205,21 @@ class GPT(nn.Module):
     new tokens, placed after the len(cache[0]) positions already cached.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        n_positions: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        dropout: float = 0.0,
-        eps: float = 1e-5,
-        parts: Parts | None = None,
-        activation: str = "gelu_tanh",
-    ):
+    def __init__(self, cfg: GPTConfig, parts: Parts | None = None):
         super().__init__()
         parts = Parts() if parts is None else parts
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        for name, value in (("vocab_size", vocab_size), ("n_positions", n_positions)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if n_layers < 1:
-            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        self.vocab_size, self.n_positions = vocab_size, n_positions
-        self.d_model, self.n_heads, self.n_layers = d_model, n_heads, n_layers
-        self.d_ff, self.dropout_p, self.eps = d_ff, dropout, eps
-        self.activation = activation
-
-        self.wte = nn.Embedding(vocab_size, d_model)  # W_e
-        self.wpe = nn.Embedding(n_positions, d_model)  # W_p
-        self.drop = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
-            GPTBlock(d_model, n_heads, d_ff, dropout, eps, activation, **parts.sublayers)
-            for _ in range(n_layers)
+        self.cfg = cfg
+        self.vocab_size, self.n_positions, self.d_model = (
+            cfg.vocab_size,
+            cfg.n_positions,
+            cfg.d_model,
         )
-        self.ln_f = parts.norm(d_model, eps)
-        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)  # W_e
+        self.wpe = nn.Embedding(cfg.n_positions, cfg.d_model)  # W_p
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(GPTBlock(cfg, **parts.sublayers) for _ in range(cfg.n_layers))
+        self.ln_f = parts.norm(cfg.d_model, cfg.eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.reset_parameters()
         self.lm_head.weight = self.wte.weight  # tie: logits = h_n W_eᵀ
         parts.built(self)
@@ -182,7 +233,7 @@ class GPT(nn.Module):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        residual_std = 0.02 / math.sqrt(2 * max(self.n_layers, 1))
+        residual_std = 0.02 / math.sqrt(2 * len(self.blocks))
         for block in self.blocks:
             nn.init.normal_(block.self_attn.w_o.weight, mean=0.0, std=residual_std)
             nn.init.normal_(block.ffn.w_2.weight, mean=0.0, std=residual_std)
@@ -343,35 +394,13 @@ class GPT(nn.Module):
         nn.Linear's (out, in); its `c_attn` packs W^Q, W^K, W^V side by side along the output.
         """
         body = getattr(hf_model, "transformer", hf_model)  # GPT2LMHeadModel wraps a GPT2Model
-        config = hf_model.config
-        activation = getattr(config, "activation_function", "gelu_new")
-        if activation not in _FROM_HF_ACTIVATION:
-            raise ValueError(
-                f"GPT loads a GELU ({', '.join(sorted(_FROM_HF_ACTIVATION))} in Hugging Face's "
-                f"names); the model's activation is {activation!r}"
-            )
-        if not getattr(config, "scale_attn_weights", True) or getattr(
-            config, "scale_attn_by_inverse_layer_idx", False
-        ):
-            raise ValueError("GPT scales attention scores by 1/sqrt(d_k) only; this config differs")
         lm_head = getattr(hf_model, "lm_head", None)
         if lm_head is not None and not torch.equal(lm_head.weight, body.wte.weight):
             raise ValueError("the model's lm_head is not tied to wte; GPT ties them")
-
-        d_model = config.n_embd
         weight = body.wte.weight
-        model = cls(
-            vocab_size=config.vocab_size,
-            n_positions=config.n_positions,
-            d_model=d_model,
-            n_heads=config.n_head,
-            n_layers=config.n_layer,
-            d_ff=config.n_inner or 4 * d_model,
-            dropout=config.resid_pdrop,
-            eps=config.layer_norm_epsilon,
-            parts=parts,
-            activation=_FROM_HF_ACTIVATION[activation],  # GPT-2's: "gelu_new", the tanh GELU
-        ).to(device=weight.device, dtype=weight.dtype)
+        model = cls(GPTConfig.from_hf(hf_model.config), parts=parts)
+        model.to(device=weight.device, dtype=weight.dtype)
+        d_model = model.d_model
 
         state = {"wte.weight": body.wte.weight, "wpe.weight": body.wpe.weight}
         for i, hf_block in enumerate(body.h):
@@ -398,26 +427,7 @@ class GPT(nn.Module):
 
     def to_hf_config(self, **overrides):
         """A `transformers.GPT2Config` with this model's shape (needs `transformers`)."""
-        from transformers import GPT2Config
-
-        kwargs = dict(
-            vocab_size=self.vocab_size,
-            n_positions=self.n_positions,
-            n_embd=self.d_model,
-            n_layer=self.n_layers,
-            n_head=self.n_heads,
-            n_inner=self.d_ff,
-            activation_function=_TO_HF_ACTIVATION[self.activation],
-            resid_pdrop=self.dropout_p,
-            embd_pdrop=self.dropout_p,
-            attn_pdrop=self.dropout_p,
-            layer_norm_epsilon=self.eps,
-            tie_word_embeddings=True,
-            bos_token_id=self.vocab_size - 1,
-            eos_token_id=self.vocab_size - 1,
-        )
-        kwargs.update(overrides)
-        return GPT2Config(**kwargs)
+        return self.cfg.to_hf(**overrides)
 
 
 # Hugging Face's GPT-2 activation_function -> ours (add_norm.ACTIVATIONS): the GELUs

@@ -9,7 +9,7 @@ or class is written into ``transformer_lab_student/<module>.py`` inside the stud
 
 Later lessons call ``use(name)``: the student's passing implementation when there is one, the
 reference otherwise, with one printed line saying which. The models of lessons 07–11 take their
-building blocks as ``parts=``, and ``parts()`` gives the student's: ``GPT(..., parts=parts())``.
+building blocks as ``parts=``, and ``parts()`` gives the student's: ``GPT(GPTConfig(...), parts=parts())``.
 ``progress()`` lists every graded part and whose code it runs. In grading mode
 (``TRANSFORMER_LAB_GRADING=1``) nothing is saved and ``use`` and ``parts`` always give the
 reference, so each notebook is graded on its own.
@@ -356,7 +356,7 @@ def reset() -> None:
 # Models built from the student's parts.
 #
 # Every model takes its building blocks as `parts=` (`transformer_lab.encoder_decoder.Parts`):
-# `GPT(..., parts=student.parts())` builds GPT's blocks from the student's passing
+# `GPT(GPTConfig(...), parts=student.parts())` builds GPT's blocks from the student's passing
 # MultiHeadAttention, LayerNorm and FeedForward, and BERT, BART, ViT and the Transformer also take
 # their EncoderBlock and DecoderBlock. `from_hf(hf, parts=student.parts())` loads real weights into
 # them, which is how the student's own parts reproduce Hugging Face's logits.
@@ -503,7 +503,7 @@ def _report_reference(why: str):
 
 def parts(quiet: bool = False) -> Parts:
     """Your passing MultiHeadAttention, LayerNorm, FeedForward, EncoderBlock and DecoderBlock as
-    the `Parts` a model is built from: ``GPT(..., parts=student.parts())``.
+    the `Parts` a model is built from: ``GPT(GPTConfig(...), parts=student.parts())``.
 
     A part you have not passed yet is the reference, and in grading mode every part is. Each of
     yours takes the options the model passes where it can (see `_fitted`); where a model needs an

@@ -16,6 +16,8 @@ the convolution's (C, p, p) order, so the two give the same numbers (see `ViT.fr
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -61,14 +63,89 @@ def unpatchify(patches: torch.Tensor, patch_size: int, image_size, n_channels: i
     return x.reshape(B, C, H, W)
 
 
+@dataclass
+class ViTConfig:
+    """The sizes and settings of a ViT. The defaults are a small model trained from scratch on the
+    course's 8 x 8 digits (lesson 11): 16 patches of 2 x 2, one channel, 10 classes.
+
+        image_size:  int or (H, W); both divisible by patch_size.
+        patch_size, n_channels: the side p of a square patch; the channels C of an image.
+        n_classes:   size of the classification head; 0 means no head (forward returns the
+                     final [CLS] vector, as a feature extractor).
+        d_model, n_heads, n_layers, d_ff: width, heads, number of blocks, FFN hidden size.
+        dropout, eps: dropout on the embeddings and sublayers; the LayerNorm epsilon.
+        activation:  the FFN's ("gelu"; CLIP's weights use "quick_gelu").
+        pre_norm:    add a LayerNorm `ln_pre` on the embeddings before the first block (CLIP's
+                     image encoder).
+    """
+
+    image_size: int | tuple[int, int] = 8
+    patch_size: int = 2
+    n_channels: int = 1
+    n_classes: int = 10
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128
+    dropout: float = 0.0
+    eps: float = 1e-12
+    activation: str = "gelu"
+    pre_norm: bool = False
+
+    def __post_init__(self):
+        H, W = _pair(self.image_size)
+        if H % self.patch_size or W % self.patch_size:
+            raise ValueError(
+                f"image_size ({H}, {W}) must be divisible by patch_size={self.patch_size}"
+            )
+
+    @classmethod
+    def from_hf(cls, config, n_classes: int = 0) -> ViTConfig:
+        """Our ViTConfig for a `transformers.ViTConfig` (`n_classes`: the classifier's rows)."""
+        if getattr(config, "hidden_act", "gelu") != "gelu":
+            raise ValueError(f"only hidden_act='gelu' is supported, got {config.hidden_act!r}")
+        return cls(
+            image_size=config.image_size,
+            patch_size=config.patch_size,
+            n_channels=config.num_channels,
+            n_classes=n_classes,
+            d_model=config.hidden_size,
+            n_heads=config.num_attention_heads,
+            n_layers=config.num_hidden_layers,
+            d_ff=config.intermediate_size,
+            eps=config.layer_norm_eps,
+        )
+
+    def to_hf(self, **overrides):
+        """A `transformers.ViTConfig` with these sizes (needs `transformers`; its image_size is
+        square, so a (H, W) image_size must have H == W)."""
+        from transformers import ViTConfig as HFViTConfig
+
+        H, W = _pair(self.image_size)
+        if H != W or self.pre_norm or self.activation != "gelu":
+            raise ValueError("transformers' ViT has square images, no ln_pre and the exact GELU")
+        kwargs = dict(
+            image_size=H,
+            patch_size=self.patch_size,
+            num_channels=self.n_channels,
+            hidden_size=self.d_model,
+            num_attention_heads=self.n_heads,
+            num_hidden_layers=self.n_layers,
+            intermediate_size=self.d_ff,
+            hidden_dropout_prob=self.dropout,
+            attention_probs_dropout_prob=self.dropout,
+            layer_norm_eps=self.eps,
+            hidden_act="gelu",
+        )
+        if self.n_classes:  # the rows of ViTForImageClassification's classifier
+            kwargs["num_labels"] = self.n_classes
+        return HFViTConfig(**kwargs | overrides)
+
+
 class ViT(nn.Module):
     """Vision Transformer for image classification.
 
-    ViT(image_size, patch_size, n_channels, n_classes, d_model, n_heads, n_layers, d_ff,
-        dropout=0.0, eps=1e-12)
-        image_size: int or (H, W); both divisible by patch_size
-        n_classes:  size of the classification head; 0 means no head (forward returns the
-                    final [CLS] vector, as a feature extractor)
+    ViT(cfg: ViTConfig, parts=None)
 
     forward(images (B, C, H, W)) -> logits (B, n_classes)
     forward(images, return_attention=True) -> (logits, cls_attention (B, n_layers, h, N + 1)):
@@ -78,61 +155,39 @@ class ViT(nn.Module):
 
     parts: what it is built from (`Parts()`, the reference, by default): n_layers pre-norm
     `parts.encoder_block`s given `parts.sublayers`, and the final `ln_f` is a `parts.norm`.
-    activation: the FFN's ("gelu"; CLIP's weights use "quick_gelu"). pre_norm=True adds a
-    LayerNorm `ln_pre` on the embeddings before the first block (CLIP's image encoder).
     """
 
-    def __init__(
-        self,
-        image_size,
-        patch_size: int,
-        n_channels: int,
-        n_classes: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int,
-        dropout: float = 0.0,
-        eps: float = 1e-12,
-        parts: Parts | None = None,
-        *,
-        activation: str = "gelu",
-        pre_norm: bool = False,
-    ):
+    def __init__(self, cfg: ViTConfig, parts: Parts | None = None):
         super().__init__()
         parts = Parts() if parts is None else parts
-        H, W = _pair(image_size)
-        if H % patch_size or W % patch_size:
-            raise ValueError(f"image_size ({H}, {W}) must be divisible by patch_size={patch_size}")
-        self.image_size, self.patch_size, self.n_channels = (H, W), patch_size, n_channels
-        self.grid = (H // patch_size, W // patch_size)  # (rows, columns) of patches
+        self.cfg = cfg
+        H, W = _pair(cfg.image_size)
+        p, d_model = cfg.patch_size, cfg.d_model
+        self.image_size, self.patch_size, self.n_channels = (H, W), p, cfg.n_channels
+        self.grid = (H // p, W // p)  # (rows, columns) of patches
         self.n_patches = self.grid[0] * self.grid[1]
-        self.d_model, self.n_classes = d_model, n_classes
+        self.d_model, self.n_classes = d_model, cfg.n_classes
 
-        self.patch_embed = nn.Linear(n_channels * patch_size * patch_size, d_model)  # E
+        self.patch_embed = nn.Linear(cfg.n_channels * p * p, d_model)  # E
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model))  # x_cls
         self.pos_embed = nn.Parameter(torch.zeros(1, self.n_patches + 1, d_model))  # E_pos
-        self.dropout = nn.Dropout(dropout)
-        self.ln_pre = parts.norm(d_model, eps) if pre_norm else nn.Identity()  # CLIP's
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.ln_pre = parts.norm(d_model, cfg.eps) if cfg.pre_norm else nn.Identity()  # CLIP's
+        block = dict(norm_first=True, activation=cfg.activation, eps=cfg.eps, **parts.sublayers)
         self.blocks = nn.ModuleList(
-            parts.encoder_block(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout,
-                norm_first=True,
-                activation=activation,
-                eps=eps,
-                **parts.sublayers,
-            )
-            for _ in range(n_layers)
+            parts.encoder_block(d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, **block)
+            for _ in range(cfg.n_layers)
         )
-        self.ln_f = parts.norm(d_model, eps)
-        self.head = nn.Linear(d_model, n_classes) if n_classes else nn.Identity()
+        self.ln_f = parts.norm(d_model, cfg.eps)
+        self.head = nn.Linear(d_model, cfg.n_classes) if cfg.n_classes else nn.Identity()
         self.apply(self._init_weights)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         parts.built(self)
+
+    def to_hf_config(self, **overrides):
+        """A `transformers.ViTConfig` with this model's shape (needs `transformers`)."""
+        return self.cfg.to_hf(**overrides)
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -203,25 +258,12 @@ class ViT(nn.Module):
         part of the classification path and is not copied; from a ViTModel, n_classes = 0.
         """
         config = hf_model.config
-        if getattr(config, "hidden_act", "gelu") != "gelu":
-            raise ValueError(f"only hidden_act='gelu' is supported, got {config.hidden_act!r}")
         sd = {_hf_key(k): v for k, v in hf_model.state_dict().items()}
         has_head = "classifier.weight" in sd
         n_classes = sd["classifier.weight"].shape[0] if has_head else 0
         if has_head and not isinstance(hf_model.classifier, nn.Linear):
             raise ValueError("the classifier must be a single nn.Linear")
-        model = cls(
-            image_size=config.image_size,
-            patch_size=config.patch_size,
-            n_channels=config.num_channels,
-            n_classes=n_classes,
-            d_model=config.hidden_size,
-            n_heads=config.num_attention_heads,
-            n_layers=config.num_hidden_layers,
-            d_ff=config.intermediate_size,
-            eps=config.layer_norm_eps,
-            parts=parts,
-        )
+        model = cls(ViTConfig.from_hf(config, n_classes), parts=parts)
         param = next(hf_model.parameters())
         model.to(device=param.device, dtype=param.dtype)
 

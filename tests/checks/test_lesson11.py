@@ -115,7 +115,9 @@ def test_checks_do_not_touch_the_global_seed():
 
 def test_reference_embedding_and_map_agree_with_the_vit_model():
     torch.manual_seed(0)
-    model = vit.ViT((8, 12), 4, 2, 5, d_model=16, n_heads=2, n_layers=2, d_ff=32).eval()
+    model = vit.ViT(
+        vit.ViTConfig((8, 12), 4, 2, 5, d_model=16, n_heads=2, n_layers=2, d_ff=32)
+    ).eval()
     embedding = vit.ViTEmbedding((8, 12), 4, 2, 16)
     embedding.load_state_dict(
         {k: v for k, v in model.state_dict().items() if k in embedding.state_dict()}
@@ -356,7 +358,7 @@ def wraps_reference_patchify(images, patch_size):
 
 class WrapsReferenceViT(GoodViTEmbedding):
     def forward(self, images):
-        model = vit.ViT(8, 2, 1, 0, 8, 1, 1, 8)
+        model = vit.ViT(vit.ViTConfig(8, 2, 1, 0, 8, 1, 1, 8))
         return model.embed(images)
 
 

@@ -21,6 +21,7 @@ from torch import nn
 import transformer_lab.bart as bart_mod
 from transformer_lab.bart import (
     BART,
+    BARTConfig,
     document_rotation,
     from_hf,
     hf_key_map,
@@ -690,7 +691,7 @@ def test_from_hf_rejects_other_models():
 
 
 def test_bart_wrong_input_shapes():
-    model = BART(30, 16, 2, 1, 1, 32, max_position=8)
+    model = BART(BARTConfig(30, 16, 2, 1, 1, 32, max_position=8))
     x = torch.randint(3, 30, (2, 5))
     with pytest.raises(ValueError, match=r"\(B, L_s\)"):
         model(x[0], x)
@@ -755,7 +756,7 @@ def test_untrained_bart_predicts_near_uniformly():
     """The tied output layer starts at BART's init_std (0.02): the untrained loss is about ln V.
     (Mutant: PyTorch's N(0, 1) embedding made h Eᵀ of size √d_model, an initial loss of ~57.)"""
     torch.manual_seed(0)
-    model = BART(100, 64, 4, 2, 2, 128, max_position=64)
+    model = BART(BARTConfig(100, 64, 4, 2, 2, 128, max_position=64))
     src, tgt = torch.randint(3, 100, (8, 24)), torch.randint(3, 100, (8, 24))
     with torch.no_grad():
         loss = nn.functional.cross_entropy(

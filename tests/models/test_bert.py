@@ -16,6 +16,7 @@ from transformer_lab import bert as B
 from transformer_lab.bert import (
     BERT,
     BertClassifier,
+    BERTConfig,
     BertForPreTraining,
     WordPieceTokenizer,
     bert_mask_tokens,
@@ -290,7 +291,7 @@ def test_gradients_match_hugging_face():
 
 def test_key_maps_cover_every_weight():
     """A weight left out of the key map would keep its random initialisation silently."""
-    bert = BERT(VOCAB, 32, 4, 3, 64)
+    bert = BERT(BERTConfig(VOCAB, 32, 4, 3, 64))
     assert set(B.hf_key_map(3)) == set(bert.state_dict())
     hf_keys = set(transformers.BertModel(_hf_config(num_hidden_layers=3)).state_dict())
     assert set(B.hf_key_map(3).values()) == hf_keys
@@ -302,7 +303,7 @@ def test_key_maps_cover_every_weight():
 def test_mlm_decoder_is_tied():
     model = from_hf(_hf_model(transformers.BertForMaskedLM))
     assert model.mlm.decoder.weight is model.bert.embeddings.word_embeddings.weight
-    fresh = BertForPreTraining(BERT(VOCAB, 32, 4, 2, 64))
+    fresh = BertForPreTraining(BERT(BERTConfig(VOCAB, 32, 4, 2, 64)))
     assert fresh.mlm.decoder.weight is fresh.bert.embeddings.word_embeddings.weight
 
 
@@ -317,7 +318,7 @@ def test_default_token_types_and_padding_mask():
 
 
 def test_bad_inputs_are_named():
-    model = BERT(VOCAB, 32, 4, 1, 64, max_position=16)
+    model = BERT(BERTConfig(VOCAB, 32, 4, 1, 64, max_position=16))
     ids = torch.randint(1, VOCAB, (2, 5))
     with pytest.raises(ValueError, match=r"\(B, L\)"):
         model(ids[0])
@@ -417,7 +418,7 @@ def test_parity_mutant_untied_or_biasless_mlm_head_fails():
 
 
 def test_classifier_head_shapes():
-    model = BertClassifier(BERT(VOCAB, 32, 4, 1, 64), n_classes=5).eval()
+    model = BertClassifier(BERT(BERTConfig(VOCAB, 32, 4, 1, 64)), n_classes=5).eval()
     ids, types, mask = _inputs()
     assert model(ids, types, mask).shape == (3, 5)
 
@@ -613,7 +614,7 @@ def test_untrained_bert_predicts_masked_tokens_near_uniformly():
     """BERT's initializer_range (0.02): the untrained MLM loss is about ln V, and the padding row
     is 0. (Mutant: PyTorch's N(0, 1) word embeddings, tied to the decoder, start far above.)"""
     torch.manual_seed(0)
-    model = BertForPreTraining(BERT(100, 64, 4, 2, 128))
+    model = BertForPreTraining(BERT(BERTConfig(100, 64, 4, 2, 128)))
     x, y = torch.randint(5, 100, (8, 20)), torch.randint(5, 100, (8, 20))
     words = model.bert.embeddings.word_embeddings.weight
     with torch.no_grad():

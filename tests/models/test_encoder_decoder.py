@@ -12,7 +12,12 @@ import pytest
 import torch
 
 import transformer_lab.encoder_decoder as encoder_decoder_mod
-from transformer_lab.encoder_decoder import Transformer, beam_search, greedy_decode
+from transformer_lab.encoder_decoder import (
+    Transformer,
+    TransformerConfig,
+    beam_search,
+    greedy_decode,
+)
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -20,7 +25,7 @@ PAD, BOS, EOS = 0, 1, 2
 def tiny_model(vocab=7, seed=0, dtype=torch.float64, device="cpu", **kwargs) -> Transformer:
     torch.manual_seed(seed)
     config = dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0, max_len=32, pad_id=PAD)
-    model = Transformer(vocab, vocab, **{**config, **kwargs})
+    model = Transformer(TransformerConfig(vocab, vocab, **{**config, **kwargs}))
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -233,7 +238,16 @@ def test_model_learns_to_copy():
         torch.manual_seed(0)
         vocab, L = 10, 5
         model = Transformer(
-            vocab, vocab, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, norm_first=True
+            TransformerConfig(
+                vocab,
+                vocab,
+                d_model=32,
+                n_heads=4,
+                n_layers=2,
+                d_ff=64,
+                dropout=0.0,
+                norm_first=True,
+            )
         )
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3)
         gen = torch.Generator().manual_seed(0)

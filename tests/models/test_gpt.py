@@ -16,6 +16,7 @@ from transformer_lab import set_explicit
 from transformer_lab.gpt import (
     GPT,
     GPTClassifier,
+    GPTConfig,
     finetune_loss,
     lm_loss,
     sample_next,
@@ -83,7 +84,7 @@ def make_gpt(dtype=torch.float32, seed=0, **kw) -> GPT:
     torch.manual_seed(seed)
     args = dict(vocab_size=V, n_positions=N_POS, d_model=D, n_heads=H, n_layers=N_LAYERS)
     args.update(kw)
-    return randomise_(GPT(**args), seed).to(dtype).eval()
+    return randomise_(GPT(GPTConfig(**args)), seed).to(dtype).eval()
 
 
 def tokens(B, L, seed=0, device="cpu", vocab=V) -> torch.Tensor:
@@ -170,20 +171,20 @@ def test_from_hf_rejects_another_activation():
 def test_from_hf_respects_n_inner_and_eps():
     hf = make_hf(n_inner=48, layer_norm_epsilon=1e-3)
     ours = GPT.from_hf(hf)
-    assert ours.d_ff == 48 and ours.blocks[0].ffn.w_1.out_features == 48
-    assert ours.eps == 1e-3 and ours.ln_f.eps == 1e-3
+    assert ours.cfg.d_ff == 48 and ours.blocks[0].ffn.w_1.out_features == 48
+    assert ours.cfg.eps == 1e-3 and ours.ln_f.eps == 1e-3
     assert logit_gap(ours, hf, tokens(2, 11)) < 1e-5
 
 
 def test_to_hf_config_round_trip():
     transformers = pytest.importorskip("transformers")
-    ours = GPT(V, N_POS, D, H, N_LAYERS, d_ff=40, eps=1e-4)
-    cfg = ours.to_hf_config(attn_implementation="eager")
-    hf = transformers.GPT2LMHeadModel(cfg)
-    back = GPT.from_hf(hf)
-    for name in ("vocab_size", "n_positions", "d_model", "n_heads", "n_layers", "d_ff", "eps"):
-        assert getattr(back, name) == getattr(ours, name), name
-    assert back.num_parameters() == ours.num_parameters()
+    for activation in ("gelu", "gelu_tanh"):
+        cfg = GPTConfig(V, N_POS, D, H, N_LAYERS, d_ff=40, eps=1e-4, activation=activation)
+        ours = GPT(cfg)
+        hf = transformers.GPT2LMHeadModel(ours.to_hf_config(attn_implementation="eager"))
+        back = GPT.from_hf(hf)
+        assert back.cfg == cfg
+        assert back.num_parameters() == ours.num_parameters()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -332,18 +333,18 @@ def test_forward_pass_follows_the_equations():
 
 
 def test_default_sizes_and_gpt2_small_parameter_count():
-    model = GPT(V, N_POS, D, H, N_LAYERS)
-    assert model.d_ff == 4 * D and model.blocks[0].norm_first
-    assert model.blocks[0].ffn.activation == "gelu_tanh"
+    model = GPT(GPTConfig(V, N_POS, D, H, N_LAYERS))
+    assert model.blocks[0].ffn.w_1.out_features == 4 * D and model.blocks[0].norm_first
+    assert model.blocks[0].ffn.activation == "gelu"  # nanoGPT's exact GELU: trained from scratch
     with torch.device("meta"):  # GPT-2 small without allocating memory
-        small = GPT(50257, 1024, 768, 12, 12)
+        small = GPT(GPTConfig(50257, 1024, 768, 12, 12, activation="gelu_tanh"))
     assert small.num_parameters() == 124_439_808
     assert small.num_parameters(exclude_embeddings=True) == 124_439_808 - 50257 * 768 - 1024 * 768
 
 
 def test_residual_projections_get_the_scaled_init():
     torch.manual_seed(0)
-    model = GPT(V, N_POS, 64, 4, 8)
+    model = GPT(GPTConfig(V, N_POS, 64, 4, 8))
     std_w_o = torch.cat([b.self_attn.w_o.weight.flatten() for b in model.blocks]).std().item()
     std_w_q = torch.cat([b.self_attn.w_q.weight.flatten() for b in model.blocks]).std().item()
     assert std_w_q == pytest.approx(0.02, rel=0.05)
@@ -677,8 +678,8 @@ def test_shift_targets_and_lm_loss():
 # -- the activation: GPT-2's tanh GELU or the exact one ------------------------------------------
 
 
-def test_activation_is_a_choice_with_gpt2s_tanh_gelu_by_default():
-    assert make_gpt().activation == "gelu_tanh"
+def test_activation_is_a_choice_with_the_exact_gelu_by_default():
+    assert make_gpt().cfg.activation == "gelu"
     for activation, function in [
         ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
         ("gelu", F.gelu),
@@ -689,14 +690,14 @@ def test_activation_is_a_choice_with_gpt2s_tanh_gelu_by_default():
         torch.testing.assert_close(ffn(x), ffn.w_2(function(ffn.w_1(x))), atol=1e-12, rtol=0)
         assert all(b.ffn.activation == activation for b in model.blocks)
     with pytest.raises(ValueError, match="activation"):
-        GPT(V, N_POS, D, H, N_LAYERS, activation="swish")
+        GPTConfig(V, N_POS, D, H, N_LAYERS, activation="swish")
 
 
 @pytest.mark.parametrize("hf_name,ours", [("gelu_new", "gelu_tanh"), ("gelu", "gelu")])
 def test_from_hf_sets_the_activation_and_matches_hugging_face(hf_name, ours):
     hf = make_hf(activation_function=hf_name)
     model = GPT.from_hf(hf)
-    assert model.activation == ours
+    assert model.cfg.activation == ours
     assert logit_gap(model, hf, tokens(2, 11)) < 1e-5
     assert model.to_hf_config().activation_function == hf_name
 

@@ -17,7 +17,20 @@ import torch.nn.functional as F
 from torch import nn
 
 import transformer_lab.multihead as multihead_mod
-from transformer_lab import BART, BERT, GPT, Parts, Transformer, ViT, set_explicit
+from transformer_lab import (
+    BART,
+    BERT,
+    GPT,
+    BARTConfig,
+    BERTConfig,
+    GPTConfig,
+    Parts,
+    Transformer,
+    TransformerConfig,
+    ViT,
+    ViTConfig,
+    set_explicit,
+)
 from transformer_lab.add_norm import EncoderBlock, FeedForward, LayerNorm
 from transformer_lab.encoder_decoder import DecoderBlock
 from transformer_lab.gpt import GPTBlock
@@ -57,26 +70,27 @@ def _randomise(model: nn.Module) -> nn.Module:
 
 
 def _gpt(parts=None):
-    return GPT(vocab_size=23, n_positions=12, d_model=16, n_heads=4, n_layers=2, parts=parts)
+    return GPT(
+        GPTConfig(vocab_size=23, n_positions=12, d_model=16, n_heads=4, n_layers=2), parts=parts
+    )
 
 
 def _transformer(parts=None, norm_first=False):
-    return Transformer(
-        11, 13, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, norm_first=norm_first,
-        parts=parts,
-    )  # fmt: skip
+    return Transformer(TransformerConfig(11, 13, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, norm_first=norm_first), parts=parts)  # fmt: skip
 
 
 def _bert(parts=None):
-    return BERT(30, d_model=16, n_heads=4, n_layers=2, d_ff=32, max_position=16, parts=parts)
+    return BERT(
+        BERTConfig(30, d_model=16, n_heads=4, n_layers=2, d_ff=32, max_position=16), parts=parts
+    )
 
 
 def _bart(parts=None):
-    return BART(30, 16, 4, 1, 1, 32, max_position=16, parts=parts)
+    return BART(BARTConfig(30, 16, 4, 1, 1, 32, max_position=16), parts=parts)
 
 
 def _vit(parts=None):
-    return ViT(8, 4, 3, 5, d_model=16, n_heads=4, n_layers=2, d_ff=32, parts=parts)
+    return ViT(ViTConfig(8, 4, 3, 5, d_model=16, n_heads=4, n_layers=2, d_ff=32), parts=parts)
 
 
 def _inputs(name):

@@ -14,7 +14,7 @@ import torch
 from transformer_lab import efficient, scaling
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.encoder_decoder import Parts
-from transformer_lab.gpt import GPT
+from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.masking import causal_mask
 from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.scaling import (
@@ -336,7 +336,7 @@ def test_kv_cache_bytes_matches_a_real_gpt_cache(n_kv_heads, dtype):
     parts = None
     if n_kv_heads is not None:
         parts = Parts(attention=functools.partial(GroupedQueryAttention, n_kv_heads=n_kv_heads))
-    model = GPT(50, 64, d_model=32, n_heads=4, n_layers=3, parts=parts).to(dtype).eval()
+    model = GPT(GPTConfig(50, 64, d_model=32, n_heads=4, n_layers=3), parts=parts).to(dtype).eval()
     batch, length = 2, 21
     cache = _filled_cache(model, batch, length)
     measured = _storage_bytes(cache)
@@ -408,19 +408,15 @@ def test_gqa_query_head_i_reads_kv_head_i_over_group():
 
 def test_gqa_in_a_gpt_generates_like_mha_and_its_cache_shrinks():
     torch.manual_seed(0)
-    ref = GPT(50, 64, d_model=32, n_heads=4, n_layers=2).eval()
-    same = GPT(50, 64, 32, 4, 2, parts=Parts(attention=GroupedQueryAttention)).eval()
+    ref = GPT(GPTConfig(50, 64, d_model=32, n_heads=4, n_layers=2)).eval()
+    same = GPT(GPTConfig(50, 64, 32, 4, 2), parts=Parts(attention=GroupedQueryAttention)).eval()
     same.load_state_dict(ref.state_dict())
     idx = torch.randint(0, 50, (2, 10))
     torch.testing.assert_close(same(idx), ref(idx))
     out_ref = ref.generate(idx, 5, top_k=1)
     torch.testing.assert_close(same.generate(idx, 5, top_k=1), out_ref)
     mqa = GPT(
-        50,
-        64,
-        32,
-        4,
-        2,
+        GPTConfig(50, 64, 32, 4, 2),
         parts=Parts(attention=functools.partial(GroupedQueryAttention, n_kv_heads=1)),
     )
     assert _storage_bytes(_filled_cache(ref, 2, 20)) == 4 * _storage_bytes(
@@ -428,11 +424,7 @@ def test_gqa_in_a_gpt_generates_like_mha_and_its_cache_shrinks():
     )
     # cached decoding equals full recomputation with shared K/V heads
     gqa = GPT(
-        50,
-        64,
-        32,
-        4,
-        2,
+        GPTConfig(50, 64, 32, 4, 2),
         parts=Parts(attention=functools.partial(GroupedQueryAttention, n_kv_heads=2)),
     ).eval()
     full = gqa(idx)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab import data, seq2seq
-from transformer_lab.encoder_decoder import Transformer
+from transformer_lab.encoder_decoder import Transformer, TransformerConfig
 
 PAD, BOS, EOS = data.PAD, data.BOS, data.EOS
 PAIRS = [("ab", "xyz"), ("abcd", "x"), ("c", "zy")]
@@ -247,7 +247,9 @@ def test_loss_on_a_real_transformer_backpropagates(device, dtype):
     vocab = data.Seq2SeqVocab.from_pairs(pairs)
     torch.manual_seed(0)
     model = Transformer(
-        vocab.vocab_size, vocab.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32
+        TransformerConfig(
+            vocab.vocab_size, vocab.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32
+        )
     )
     model = model.to(device=device, dtype=dtype)
     batch = tuple(t.to(device) for t in seq2seq.make_batch(pairs, vocab))
@@ -271,7 +273,9 @@ def scale_embeddings(model: Transformer) -> None:
 def test_scaled_embeddings_match_the_positional_encoding_in_size():
     """Why lesson 07 re-initialises: x sqrt(d) on N(0, 1) entries drowns the position signal."""
     torch.manual_seed(0)
-    model = Transformer(40, 40, d_model=64, n_heads=4, n_layers=1, d_ff=128, max_len=64)
+    model = Transformer(
+        TransformerConfig(40, 40, d_model=64, n_heads=4, n_layers=1, d_ff=128, max_len=64)
+    )
     position = model.pos.pe.norm(dim=-1).mean().item()
     assert position == pytest.approx(32**0.5, rel=1e-4)  # d/2 sine-cosine pairs
 
@@ -295,15 +299,17 @@ def train_dates_like_the_lecture(steps: int = 300, scale: bool = True) -> tuple[
     vocab = data.Seq2SeqVocab.from_pairs(train)
     seed_everything(0)
     model = Transformer(
-        vocab.vocab_size,
-        vocab.vocab_size,
-        d_model=64,
-        n_heads=4,
-        n_layers=2,
-        d_ff=128,
-        dropout=0.0,
-        max_len=64,
-        norm_first=True,
+        TransformerConfig(
+            vocab.vocab_size,
+            vocab.vocab_size,
+            d_model=64,
+            n_heads=4,
+            n_layers=2,
+            d_ff=128,
+            dropout=0.0,
+            max_len=64,
+            norm_first=True,
+        )
     )
     if scale:
         scale_embeddings(model)

@@ -2,7 +2,7 @@
 
 A student's MultiHeadAttention, LayerNorm, FeedForward, EncoderBlock and DecoderBlock that passed
 their checks are saved into their package; `student.parts()` gives them as the `Parts` a model is
-built from, `GPT(..., parts=student.parts())` (likewise Transformer, BERT, BART, ViT), and
+built from, `GPT(GPTConfig(...), parts=student.parts())` (likewise Transformer, BERT, BART, ViT), and
 `student.use("GPT")` is GPT with those parts as its default. The proof that the student's code really
 runs: with copied Hugging Face weights their model reproduces Hugging Face's logits, and the same
 model with one saved part broken does not.
@@ -17,8 +17,8 @@ from torch import nn
 
 import transformer_lab
 from transformer_lab import bart, bert, check, student
-from transformer_lab.encoder_decoder import Parts, Transformer
-from transformer_lab.gpt import GPT
+from transformer_lab.encoder_decoder import Parts, Transformer, TransformerConfig
+from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.vit import ViT
 
 transformers = pytest.importorskip("transformers")
@@ -148,7 +148,7 @@ def test_gpt_is_built_from_the_students_parts(capsys):
     _pass_parts(capsys)
     MyGPT = student.use("GPT")
     assert issubclass(MyGPT, GPT) and MyGPT is not GPT
-    model = MyGPT(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=2)
+    model = MyGPT(GPTConfig(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=2))
     out = capsys.readouterr().out
     built = next(line for line in out.splitlines() if line.startswith("GPT: built from YOUR"))
     # the line names what the model really contains: not the FeedForward that fell back
@@ -161,7 +161,10 @@ def test_gpt_is_built_from_the_students_parts(capsys):
     # GPT needs a GELU feed-forward; the student's has ReLU only, so that part stays the reference
     assert type(block.ffn) is transformer_lab.add_norm.FeedForward
     # the reference classes are untouched afterwards
-    assert type(GPT(20, 8, 16, 2, 1).blocks[0].self_attn) is transformer_lab.MultiHeadAttention
+    assert (
+        type(GPT(GPTConfig(20, 8, 16, 2, 1)).blocks[0].self_attn)
+        is transformer_lab.MultiHeadAttention
+    )
 
 
 def test_students_gpt_reproduces_hugging_face_logits(capsys):
@@ -245,7 +248,8 @@ def test_transformer_runs_on_the_students_blocks(capsys, norm_first):
     MyTransformer = student.use("Transformer")
     assert "EncoderBlock" in capsys.readouterr().out
     kw = dict(d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.1, norm_first=norm_first)
-    mine, ref = MyTransformer(11, 13, **kw), Transformer(11, 13, **kw)
+    cfg = TransformerConfig(11, 13, **kw)
+    mine, ref = MyTransformer(cfg), Transformer(cfg)
     assert type(mine.encoder[0]).__module__ == "transformer_lab_student.add_norm"
     assert type(mine.decoder[1]).__module__ == "transformer_lab_student.encoder_decoder"
     assert type(mine.decoder[1].cross_attn).__module__ == "transformer_lab_student.multihead"
@@ -353,7 +357,9 @@ def test_a_part_without_dropout_is_used_without_it(capsys):
     an option that changes the function (GELU instead of ReLU) makes that part the reference."""
     _pass_parts(capsys)
     MyBERT = student.use("BERT")
-    model = MyBERT(30, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_position=8, dropout=0.1)
+    model = MyBERT(
+        bert.BERTConfig(30, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_position=8, dropout=0.1)
+    )
     kinds = {type(m).__module__ for m in model.modules()}
     assert "transformer_lab_student.multihead" in kinds
     out = capsys.readouterr().out
@@ -378,17 +384,19 @@ def test_a_used_part_takes_the_reference_options_lectures_pass(capsys):
 
 
 def test_parts_passed_in_as_the_lectures_write_it(capsys):
-    """`GPT(..., parts=student.parts())`: the student's classes are in the model, the model says
+    """`GPT(GPTConfig(...), parts=student.parts())`: the student's classes are in the model, the model says
     so, and without passed parts `student.parts()` is the reference."""
     assert student.parts() == Parts()
     _pass_parts(capsys)
     parts = student.parts()
     assert parts != Parts()
-    model = GPT(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=1, parts=parts)
+    model = GPT(
+        GPTConfig(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=1), parts=parts
+    )
     out = capsys.readouterr().out
     assert "GPT: built from YOUR MultiHeadAttention, LayerNorm (the reference for the rest)" in out
     assert type(model.blocks[0].self_attn).__module__ == "transformer_lab_student.multihead"
     assert type(model.ln_f).__module__ == "transformer_lab_student.add_norm"
-    quiet = GPT(20, 8, 16, 2, 1, parts=student.parts(quiet=True))
+    quiet = GPT(GPTConfig(20, 8, 16, 2, 1), parts=student.parts(quiet=True))
     assert type(quiet.ln_f).__module__ == "transformer_lab_student.add_norm"
     assert "built from" not in capsys.readouterr().out

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab import vit as vit_module
-from transformer_lab.vit import ViT, _hf_key, patchify, unpatchify
+from transformer_lab.vit import ViT, ViTConfig, _hf_key, patchify, unpatchify
 
 transformers = pytest.importorskip("transformers")
 
@@ -223,7 +223,7 @@ class NoCLS(ViT):
 def test_parity_check_catches_a_vit_without_cls(hf_pair):
     hf, x = hf_pair
     ours = ViT.from_hf(hf).eval()
-    mutant = NoCLS(16, 4, 3, 7, 32, 4, 2, 64).eval()
+    mutant = NoCLS(ours.cfg).eval()
     mutant.load_state_dict(ours.state_dict())
     assert classifier_parity(ours, hf, x, torch.float32)
     assert not classifier_parity(mutant, hf, x, torch.float32)
@@ -271,7 +271,7 @@ def tiny_vit(**kw):
         d_ff=32,
     )
     args.update(kw)
-    return ViT(**args)
+    return ViT(ViTConfig(**args))
 
 
 def test_cls_attention_is_the_cls_row_and_sums_to_one():
@@ -349,7 +349,7 @@ def test_tiny_vit_learns_digits(one_thread):
 
     x_train, y_train, x_test, y_test = data.digits()
     torch.manual_seed(0)
-    model = ViT(8, 2, 1, 10, d_model=64, n_heads=4, n_layers=2, d_ff=128)
+    model = ViT(ViTConfig(8, 2, 1, 10, d_model=64, n_heads=4, n_layers=2, d_ff=128))
     steps = 300
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps, pct_start=0.1)

@@ -246,7 +246,7 @@ def _greedy_pad_not_stop(model, src, bos_id, eos_id, max_len):
 def _random_model(vocab: int, d_model: int, n_layers: int, norm_first: bool, seed: int):
     """A small Transformer whose weights come from the check's own generator (not the global one)."""
     with torch.random.fork_rng(devices=[]):
-        model = _ed.Transformer(
+        cfg = _ed.TransformerConfig(
             vocab,
             vocab,
             d_model=d_model,
@@ -257,6 +257,7 @@ def _random_model(vocab: int, d_model: int, n_layers: int, norm_first: bool, see
             max_len=64,
             norm_first=norm_first,
         )
+        model = _ed.Transformer(cfg)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

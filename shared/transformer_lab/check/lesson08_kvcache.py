@@ -230,7 +230,9 @@ def _kv_model_finding(cls, device, dtype, i: int, call) -> Finding | None:
     case = f"a 2-layer GPT on idx (2, 9) {_where(dtype, device)}"
     what = "a GPT generating with your KVCache"
     with torch.random.fork_rng(devices=[]):
-        model = _gpt.GPT(vocab_size=11, n_positions=16, d_model=8, n_heads=2, n_layers=2)
+        model = _gpt.GPT(
+            _gpt.GPTConfig(vocab_size=11, n_positions=16, d_model=8, n_heads=2, n_layers=2)
+        )
     init_parameters(model, seed=6000 + i)
     model.to(device=device, dtype=dtype).eval()
     g = torch.Generator().manual_seed(6100 + i)

@@ -55,6 +55,15 @@ def tol(dtype) -> dict:
     return TOLERANCES[dtype]
 
 
+@pytest.fixture(autouse=True)
+def _never_the_learners_package(monkeypatch, tmp_path_factory):
+    """A check that passes saves into the student package: never the checkout's or the home's, in
+    any test that does not choose one itself (``student_dir``, ``quick_env``)."""
+    if not os.environ.get("TRANSFORMER_LAB_STUDENT_DIR"):
+        folder = tmp_path_factory.getbasetemp() / "student-package-of-the-tests"
+        monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(folder))
+
+
 @pytest.fixture
 def student_dir(tmp_path, monkeypatch):
     """A private student package for one test (never the learner's own), outside grading mode."""

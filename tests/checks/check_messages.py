@@ -17,11 +17,9 @@ import os
 import re
 import sys
 
-os.environ.setdefault("TRANSFORMER_LAB_GRADING", "1")  # never save into a student package
+import torch
 
-import torch  # noqa: E402
-
-from transformer_lab import check  # noqa: E402
+from transformer_lab import check
 
 _TIME = re.compile(r"\d+\.\d+ s\b")
 
@@ -56,5 +54,8 @@ def record(lessons: set[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    # never save into a student package (set here, not on import: the tests that import this
+    # module set it for themselves, and the worker that runs them runs other tests too)
+    os.environ.setdefault("TRANSFORMER_LAB_GRADING", "1")
     json.dump(record(set(sys.argv[1:]) or None), sys.stdout, indent=1, ensure_ascii=False)
     print()

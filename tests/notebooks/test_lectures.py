@@ -81,6 +81,8 @@ def quick_env(monkeypatch, tmp_path):
     monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "student"))
     monkeypatch.setenv("TRANSFORMER_LAB_DEVICE", "cpu")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two kernels share two cores under -n 2
+    # a student, not the grader, whatever an earlier test in this worker left in the environment
+    monkeypatch.delenv("TRANSFORMER_LAB_GRADING", raising=False)
     return tmp_path
 
 

@@ -225,8 +225,8 @@ def test_contents_are_in_lesson_order_with_prev_next(site):
     assert lectures == [f"lectures/{n}.html" for n in LECTURES]
     assert hrefs.index(lectures[-1]) < hrefs.index(f"exercises/{EXERCISES[0]}/{EXERCISES[0]}.html")
     soup = _soup(site / "lectures" / "02_qkv_attention_lecture.html")
-    assert soup.select_one("a.left-prev")["href"] == "01_rnn_limits.html"
-    assert soup.select_one("a.right-next")["href"] == "03_multihead_attention.html"
+    assert soup.select_one("a.left-prev")["href"] == "01_rnn_limits_lecture.html"
+    assert soup.select_one("a.right-next")["href"] == "03_multihead_attention_lecture.html"
 
 
 def test_every_section_has_an_anchor(site):

@@ -101,6 +101,13 @@ def tiny_course(tmp_path_factory) -> Path:
     return root
 
 
+def copy_of(tiny_course: Path, tmp_path: Path) -> Path:
+    """A private copy of the tiny course, without its records and registers (`work/`)."""
+    dest = tmp_path / "course"
+    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
+    return dest.resolve()
+
+
 @pytest.fixture(scope="module")
 def released(tiny_course):
     return grade.released_notebooks(tiny_course, TINY)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
-from test_instructor_grade import NAME, TINY, tiny_course  # noqa: F401
+from test_instructor_grade import NAME, TINY, copy_of, tiny_course  # noqa: F401
 
 from transformer_lab import cli
 from transformer_lab.instructor import commands, feedback, manual, nbgrader_app
@@ -53,8 +52,7 @@ def add_written_answer(course: Path) -> None:
 @pytest.fixture
 def course(tiny_course, tmp_path) -> Path:  # noqa: F811
     """The tiny course with a written answer graded by hand, released again."""
-    dest = tmp_path / "course"
-    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
+    dest = copy_of(tiny_course, tmp_path)
     add_written_answer(dest)
     return dest.resolve()
 

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_instructor_grade import NAME, TINY, tiny_course  # noqa: F401
+from test_instructor_grade import NAME, TINY, copy_of, tiny_course  # noqa: F401
 
 from transformer_lab.instructor import cell_limits, collect, commands, grade, timing
 from transformer_lab.instructor import records as rec
@@ -62,8 +62,7 @@ def grade_without_a_sandbox(monkeypatch) -> None:
 
 @pytest.fixture
 def course(tiny_course, tmp_path, monkeypatch) -> Path:  # noqa: F811
-    dest = tmp_path / "course"
-    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
+    dest = copy_of(tiny_course, tmp_path)
     gradebook = tiny_course / "autograder" / "work" / "gradebook.db"
     if gradebook.is_file():  # the lesson registered already: no nbgrader run per test
         (dest / "autograder" / "work").mkdir()

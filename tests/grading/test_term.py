@@ -13,14 +13,13 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
-from test_instructor_grade import NAME, TINY, _student_nb, _zip, tiny_course  # noqa: F401
+from test_instructor_grade import NAME, TINY, _student_nb, _zip, copy_of, tiny_course  # noqa: F401
 from test_manual import add_written_answer
 from test_resubmission import grade_without_a_sandbox
 
@@ -46,9 +45,7 @@ LESSON = "02_qkv_attention"
 @pytest.fixture
 def course(tiny_course, tmp_path) -> Path:  # noqa: F811
     """A fresh copy of the tiny course (records and registers of its own)."""
-    dest = tmp_path / "course"
-    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
-    return dest.resolve()
+    return copy_of(tiny_course, tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,11 +9,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from test_instructor_grade import TINY, tiny_course  # noqa: F401
+from test_instructor_grade import TINY, copy_of, tiny_course  # noqa: F401
 
 from transformer_lab.instructor import commands, export, term
 from transformer_lab.instructor import records as rec
@@ -38,9 +37,7 @@ ROSTER = "student,name\namy,Amy Adams\nben,Ben Bo\ncal,Cal Cole\nzoe,Zoe Zed\n"
 
 @pytest.fixture
 def course(tiny_course, tmp_path) -> Path:  # noqa: F811
-    dest = tmp_path / "course"
-    shutil.copytree(tiny_course, dest, ignore=shutil.ignore_patterns("work"))
-    return dest.resolve()
+    return copy_of(tiny_course, tmp_path)
 
 
 def _settings(course: Path, missing: str = "zero") -> None:

@@ -1,8 +1,9 @@
-"""The exercise pipeline end to end: generate, run, autograde, feedback (lessons 01 and 02).
+"""The exercise pipeline end to end, every lesson: generate, grade, feedback.
 
-nbgrader runs on a temporary copy of the course (solutions/, exercises/, autograder/*.py), so
-parallel test workers never share a gradebook. All submissions are graded in a single nbgrader
-call to keep the suite fast.
+A temporary copy of the course (solutions/, exercises/, autograder/*.py), so that parallel test
+workers never share a gradebook. Each lesson's solution and untouched exercise are graded by
+`grade`, as an instructor grades a class: each notebook runs once, in its box, and every test
+cell, hidden ones included, runs in the judge outside it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import nbgrader_app
+from transformer_lab.instructor import feedback, grade, nbgrader_app
 from transformer_lab.instructor.course import assignments
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,16 +29,18 @@ def _declared_points(lesson: str) -> float:
     return float(sum(c.metadata.get("nbgrader", {}).get("points", 0) for c in nb.cells))
 
 
-def _points_graded_by_hand(lesson: str) -> float:
-    """The points of written answers (nbgrader's manually graded answer cells: solution and
-    grade), which autograding leaves at 0 until the instructor grades them."""
+def _graded_by_hand(lesson: str) -> dict[str, float]:
+    """The written answers (nbgrader's manually graded answer cells: solution and grade) and
+    their points, which autograding leaves at 0 until the instructor grades them."""
     nb = nbformat.read(REPO / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
     by_hand = [c.metadata.get("nbgrader", {}) for c in nb.cells]
-    return float(sum(m.get("points", 0) for m in by_hand if m.get("grade") and m.get("solution")))
+    return {
+        m["grade_id"]: m.get("points", 0) for m in by_hand if m.get("grade") and m.get("solution")
+    }
 
 
 POINTS = {lesson: _declared_points(lesson) for lesson in LESSONS}
-BY_HAND = {lesson: _points_graded_by_hand(lesson) for lesson in LESSONS}
+BY_HAND = {lesson: float(sum(_graded_by_hand(lesson).values())) for lesson in LESSONS}
 
 pytestmark = pytest.mark.slow
 
@@ -135,35 +138,58 @@ def _tampered_submission(course: Path, tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def graded(course, tmp_path_factory) -> dict:
+    """Every lesson's solution and untouched exercise, and one tampered lesson-02 notebook,
+    graded as an instructor grades them (`grade`: each notebook runs once, boxed, and is judged
+    from outside). Returns {(student, lesson): record}."""
     tmp = tmp_path_factory.mktemp("tampered")
-    for lesson in LESSONS:
-        nbgrader_app.submit(
-            course, lesson, [course / "solutions" / lesson / f"{lesson}.ipynb"], "solution"
-        )
-        nbgrader_app.submit(
-            course, lesson, [course / "exercises" / lesson / f"{lesson}.ipynb"], "untouched"
-        )
-    nbgrader_app.submit(course, "02_qkv_attention", [_tampered_submission(course, tmp)], "tampered")
-    nbgrader_app.autograde(course)  # one nbgrader call for every submission
-    return nbgrader_app.all_scores(course)
+    submissions = tmp_path_factory.mktemp("submissions")
+    handed_in = {
+        lesson: {
+            "solution": course / "solutions" / lesson / f"{lesson}.ipynb",
+            "untouched": course / "exercises" / lesson / f"{lesson}.ipynb",
+        }
+        for lesson in LESSONS
+    }
+    handed_in["02_qkv_attention"]["tampered"] = _tampered_submission(course, tmp)
+    records = {}
+    for lesson, students in handed_in.items():
+        for student, notebook in students.items():
+            folder = submissions / student / lesson
+            folder.mkdir(parents=True)
+            shutil.copy(notebook, folder / f"{lesson}.ipynb")
+        out = tmp_path_factory.mktemp("out") / "grades.csv"
+        for record in grade.grade(course, lesson, submissions, out=out, jobs=2, quiet=True):
+            records[(record["student"], lesson)] = record
+    return records
+
+
+def _score(record: dict) -> tuple[float, float]:
+    assert record["status"] == "graded", record
+    return (record["score"], record["max_score"])
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_solutions_get_full_marks(graded, lesson):
     """Full marks for what is autograded; a written answer waits for the instructor."""
-    assert graded[("solution", lesson, lesson)] == (
+    assert _score(graded[("solution", lesson)]) == (
         POINTS[lesson] - BY_HAND[lesson],
         POINTS[lesson],
     )
+    failed = {
+        gid: c["output"]
+        for gid, c in graded[("solution", lesson)]["cells"].items()
+        if not c["passed"] and gid not in _graded_by_hand(lesson)
+    }
+    assert not failed, failed
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_untouched_exercises_get_zero(graded, lesson):
-    assert graded[("untouched", lesson, lesson)] == (0.0, POINTS[lesson])
+    assert _score(graded[("untouched", lesson)]) == (0.0, POINTS[lesson])
 
 
 def test_deleted_or_stripped_test_cells_and_warnings_cost_nothing(graded, course):
-    assert graded[("tampered", "02_qkv_attention", "02_qkv_attention")] == (8.0, 8.0)
+    assert _score(graded[("tampered", "02_qkv_attention")]) == (8.0, 8.0)
     nb = nbformat.read(
         course / "autograder/work/autograded/tampered/02_qkv_attention/02_qkv_attention.ipynb",
         as_version=4,
@@ -183,7 +209,7 @@ def test_solution_notebooks_run_without_error_when_graded(graded, course, lesson
 
 
 def test_feedback_never_shows_hidden_tests(graded, course):
-    paths = nbgrader_app.generate_feedback(course, "02_qkv_attention")
+    paths = feedback.feedback(course, "02_qkv_attention")
     assert {p.parent.parent.name for p in paths} >= {"solution", "untouched"}
     for path in paths:
         html = path.read_text(encoding="utf-8")

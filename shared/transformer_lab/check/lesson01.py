@@ -1,4 +1,5 @@
-"""Checks for lesson 01 — RNN limits: `RNN` and `sequential_steps`."""
+"""Checks for lesson 01 — RNN limits: `RNN` and `sequential_steps`, and two practice questions
+(`practice_john`, `practice_drop_in`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import math
 import torch
 
 from .. import rnn as _rnn
+from .answers import letters
 from .drivers import Call, CustomDriver, ExactDriver, ModuleDriver, RaisesDriver, Reject
-from .exercise import Case, Exercise, Mistake
+from .exercise import Case, Exercise, Mistake, fail, practice
 
-__all__ = ["RNN", "sequential_steps"]
+__all__ = ["RNN", "practice_drop_in", "practice_john", "sequential_steps"]
 
 # ==============================================================================================
 # Lesson 01 — RNN limits
@@ -275,3 +277,154 @@ sequential_steps = Exercise(
     driver=CustomDriver(_check_steps),
     doc="sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'",
 )
+
+
+# ==============================================================================================
+# Practice 1 — a long relative clause (the lecture deck's John / New York question), computed.
+
+SENTENCE = (
+    "John, the artist who has painted many murals in Vienna, is visiting New York this summer."
+)
+
+
+def john_distances(sentence: str = SENTENCE) -> dict[str, int]:
+    """Applications of the recurrence that carry "John" to "visiting" (words of `sentence.split()`,
+    punctuation attached), and the self-attention layers that do the same."""
+    words = sentence.split()
+    return {"rnn_steps": words.index("visiting") - words.index("John,"), "attention_layers": 1}
+
+
+def _john_mistakes() -> dict[str, Mistake]:
+    steps = john_distances()["rnn_steps"]
+    return {
+        "nearest-place": Mistake(
+            "nearest-place",
+            "Vienna is the place name nearest to 'visiting', but it belongs to the relative clause "
+            "about the murals; the subject of 'is visiting' is John, and he visits New York (B).",
+        ),
+        "counted-both-ends": Mistake(
+            "counted-both-ends",
+            f"'John' to 'visiting' spans {steps + 1} words but {steps} steps: the state after "
+            "'John' needs one application of the recurrence per later word, 'visiting' included.",
+        ),
+        "words-between": Mistake(
+            "words-between",
+            f"the {steps - 1} words between them are not enough: the recurrence is also applied "
+            f"at 'visiting' itself, {steps} steps in all.",
+        ),
+        "whole-sentence": Mistake(
+            "whole-sentence",
+            f"the question asks for the steps from 'John' to 'visiting', not the sentence's "
+            f"{len(SENTENCE.split())} words.",
+        ),
+        "attention-is-sequential": Mistake(
+            "attention-is-sequential",
+            "one self-attention layer connects every pair of words directly: 1 layer, whatever "
+            "the distance (your sequential_steps('attention', n)).",
+        ),
+    }
+
+
+@practice
+def practice_john(value, thorough: bool = False) -> None:
+    """Check the answer to the relative-clause question: a dict with "answer" (A or B),
+    "rnn_steps" and "attention_layers"."""
+    name = "practice_john"
+    if value is ... or value is None:
+        fail(
+            name,
+            'replace the ... with a dict: {"answer": ..., "rnn_steps": ..., "attention_layers": ...}',
+        )
+    if not isinstance(value, dict) or set(value) != {"answer", "rnn_steps", "attention_layers"}:
+        got = sorted(value) if isinstance(value, dict) else type(value).__name__
+        fail(
+            name,
+            f'the answer should be a dict with the keys "answer", "rnn_steps" and "attention_layers", got {got}',
+        )
+    answer = letters(name, value["answer"], "AB")
+    for key in ("rnn_steps", "attention_layers"):
+        if isinstance(value[key], bool) or not isinstance(value[key], int):
+            fail(name, f"{key} should be a whole number, got {value[key]!r}")
+    right = john_distances()
+    mistakes = _john_mistakes()
+    if answer != "B":
+        fail(name, f"({answer}) is not where John is going", mistake=mistakes["nearest-place"])
+    steps, layers = value["rnn_steps"], value["attention_layers"]
+    by_steps = {
+        right["rnn_steps"] + 1: "counted-both-ends",
+        right["rnn_steps"] - 1: "words-between",
+        len(SENTENCE.split()): "whole-sentence",
+    }
+    if steps != right["rnn_steps"]:
+        key = by_steps.get(steps)
+        fail(
+            name,
+            f"rnn_steps = {steps} is not the number of recurrence steps from 'John' to 'visiting'",
+            mistake=mistakes[key] if key else None,
+        )
+    if layers != right["attention_layers"]:
+        key = "attention-is-sequential" if layers > 1 else None
+        fail(
+            name,
+            f"attention_layers = {layers} is not the number of self-attention layers that "
+            "connect the two words",
+            mistake=mistakes[key] if key else None,
+        )
+    print(f"✓ practice_john: New York, {steps} recurrence steps against 1 attention layer")
+
+
+# ==============================================================================================
+# Practice 2 — is self-attention a drop-in replacement for recurrence? (several letters)
+
+DROP_IN_RIGHT = "ACE"  # order (lesson 04), nonlinearity (lesson 05), the future (lesson 06)
+
+
+def _drop_in_mistakes() -> dict[str, Mistake]:
+    return {
+        "A": Mistake(
+            "misses-order",
+            "(A) is a real barrier: without positions, shuffling the words only shuffles the "
+            "outputs (permutation equivariance), so 'dog bites man' and 'man bites dog' look alike. "
+            "Lesson 04 adds positional encodings.",
+        ),
+        "B": Mistake(
+            "distance",
+            "(B) is false: one self-attention layer connects any two positions, a path of length 1, "
+            "where an RNN needs one step per word in between.",
+        ),
+        "C": Mistake(
+            "misses-nonlinearity",
+            "(C) is a real barrier: each output is a softmax-weighted average of linear maps of the "
+            "inputs, so stacking layers adds no nonlinearity on the vectors themselves. Lesson 05's "
+            "feed-forward network adds one.",
+        ),
+        "D": Mistake(
+            "parallel",
+            "(D) is false: self-attention computes every position at once, in O(1) sequential steps "
+            "(your sequential_steps('attention', n)); it is recurrence that cannot be parallelised.",
+        ),
+        "E": Mistake(
+            "misses-future",
+            "(E) is a real barrier: a language model learns to predict the next word, but plain "
+            "self-attention lets every position see the later ones, the answer included. Lesson 06 "
+            "masks them.",
+        ),
+    }
+
+
+@practice
+def practice_drop_in(value, thorough: bool = False) -> None:
+    """Check the drop-in question: every letter (of A to E) that names a real barrier."""
+    name = "practice_drop_in"
+    chosen = letters(name, value, "ABCDE", many=True)
+    wrong = [x for x in "ABCDE" if (x in chosen) != (x in DROP_IN_RIGHT)]
+    if wrong:
+        first = wrong[0]
+        what = "is not a barrier" if first in chosen else "is missing"
+        more = (
+            f" ({len(wrong) - 1} more letter{'s' * (len(wrong) > 2)} also wrong)"
+            if len(wrong) > 1
+            else ""
+        )
+        fail(name, f"({first}) {what}{more}", mistake=_drop_in_mistakes()[first])
+    print("✓ practice_drop_in: order, nonlinearity and the future — lessons 04, 05 and 06")

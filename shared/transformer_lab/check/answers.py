@@ -1,0 +1,37 @@
+"""Reading a practice question's answer: letters in quotes, checked for form before content.
+
+    letters("practice_drop_in", "A, c", "ABCDE", many=True)  ->  "AC"
+
+A wrong *form* (an untouched ``...``, a number, a letter that is not an option) fails with a
+sentence that says what to write; whether the letters are *right* is the question's own check.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .exercise import fail
+
+
+def letters(name: str, value, options: str, *, many: bool = False) -> str:
+    """The answer `value` to question `name` as sorted, distinct upper-case letters of `options`.
+
+    `many`: several letters may be chosen ("ACE", "A, C, E" or "(A) (C) (E)"); otherwise exactly
+    one ("C" or "(c)")."""
+    example = '"AC"' if many else '"A"'
+    what = "one or more letters" if many else "a letter"
+    if value is ... or value is None:
+        fail(name, f"replace the ... with your answer, {what} such as {example}")
+    if not isinstance(value, str):
+        fail(
+            name,
+            f"the answer should be {what} in quotes, such as {example}, got {type(value).__name__}",
+        )
+    words = re.findall(r"[A-Za-z]+", value)
+    chosen = "".join(words).upper()
+    choices = ", ".join(options)
+    if not chosen or any(letter not in options for letter in chosen):
+        fail(name, f"the answer should be made of the letters {choices}, got {value!r}")
+    if not many and (len(words) != 1 or len(chosen) != 1):
+        fail(name, f"choose exactly one of {choices}, got {value!r}")
+    return "".join(sorted(set(chosen)))

@@ -303,7 +303,9 @@ def test_flash_attention_equals_sdpa_with_its_gradients(Lq, Lk, block_size):
 
 def test_flash_attention_passes_gradcheck():
     q, k, v = (t.requires_grad_() for t in _qkv((2,), 6, 10, 4, 3))
-    assert torch.autograd.gradcheck(lambda a, b, c: efficient.flash_attention(a, b, c, 3), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: efficient.flash_attention(a, b, c, 3), (q, k, v)
+    )
 
 
 @pytest.mark.parametrize(

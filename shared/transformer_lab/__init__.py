@@ -68,6 +68,8 @@ from .scaling import (
     kv_cache_bytes,
     linformer_attention,
     performer_attention,
+    positive_random_features,
+    repeat_kv,
     sliding_window_mask,
 )
 from .vit import ViT, ViTConfig, patchify, unpatchify
@@ -149,5 +151,7 @@ __all__ = [
     "kv_cache_bytes",
     "linformer_attention",
     "performer_attention",
+    "positive_random_features",
+    "repeat_kv",
     "sliding_window_mask",
 ]

@@ -121,9 +121,21 @@ def tiled_attention(
     if mask is not None:
         batch = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         require_bool_mask(mask, (*batch, L_q, L_k), "the scores q @ kᵀ of shape")
+    running = _running_attention(q, k, v, mask, block_size)
+    if running is None:  # no keys at all
+        shape = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        return q.new_zeros((*shape, L_q, v.shape[-1]))
+    o, _, row_sum = running
+    # a query with every key masked has row_sum = 0 and o = 0: divide by 1 there, giving zeros
+    safe_sum = torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum)
+    return o / safe_sum[..., None]
+
+
+def _running_attention(q, k, v, mask, block_size):
+    """The loop of `tiled_attention`: (o, m, l) after the last block of keys, or None without keys."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     m = row_sum = o = None
-    for start in range(0, L_k, block_size):
+    for start in range(0, k.shape[-2], block_size):
         k_b = k[..., start : start + block_size, :]
         v_b = v[..., start : start + block_size, :]
         s = q @ k_b.transpose(-2, -1) * scale  # (..., L_q, |B|)
@@ -145,12 +157,97 @@ def tiled_attention(
         row_sum = row_sum * alpha + p.sum(dim=-1)
         o = o * alpha[..., None] + p @ v_b
         m = m_new
-    if o is None:  # no keys at all
-        shape = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        return q.new_zeros((*shape, L_q, v.shape[-1]))
-    # a query with every key masked has row_sum = 0 and o = 0: divide by 1 there, giving zeros
-    safe_sum = torch.where(row_sum == 0, torch.ones_like(row_sum), row_sum)
-    return o / safe_sum[..., None]
+    return None if o is None else (o, m, row_sum)
+
+
+class _FlashAttention(torch.autograd.Function):
+    """Tiled attention whose backward pass recomputes the scores block by block (FlashAttention).
+
+    Forward keeps, besides q, k, v and the output O, one number per query: the log-sum-exp
+    L = m + log l of its scores. Backward rebuilds each block of probabilities from it,
+    P_B = exp(q k_Bᵀ / √d − L), and with D = rowsum(dO ∘ O):
+
+        dV_B = P_Bᵀ dO,   dS_B = P_B ∘ (dO V_Bᵀ − D),   dQ += dS_B K_B / √d,   dK_B = dS_Bᵀ Q / √d
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, block_size):
+        o, m, row_sum = _running_attention(q, k, v, None, block_size)
+        out = o / row_sum[..., None]
+        lse = m + torch.log(row_sum)  # all that is kept of the (L_q, L_k) softmax: L_q numbers
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.block_size = block_size
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        D = (d_out * out).sum(-1, keepdim=True)  # Σ_j P_ij dP_ij, one number per query
+        dq, dk, dv = torch.zeros_like(q), [], []
+        for start in range(0, k.shape[-2], ctx.block_size):
+            k_b = k[..., start : start + ctx.block_size, :]
+            v_b = v[..., start : start + ctx.block_size, :]
+            p = torch.exp(q @ k_b.transpose(-2, -1) * scale - lse[..., None])  # recomputed
+            dv.append(p.transpose(-2, -1) @ d_out)
+            ds = p * (d_out @ v_b.transpose(-2, -1) - D)
+            dq = dq + ds @ k_b * scale
+            dk.append(ds.transpose(-2, -1) @ q * scale)
+        return dq, torch.cat(dk, -2), torch.cat(dv, -2), None
+
+
+def flash_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 64
+) -> torch.Tensor:
+    """`tiled_attention` without a mask, with FlashAttention's backward pass.
+
+    Autograd through `tiled_attention`'s loop would save every block's probabilities for the
+    backward pass: O(L_q · L_k) memory again, only spread over blocks. This version saves q, k, v,
+    the output and one log-sum-exp per query, O(L · d), and recomputes each block of scores in
+    the backward pass (see `_FlashAttention`): more arithmetic, far less memory kept between the
+    forward and the backward pass, which is where training spends its memory.
+
+    Args:
+        q (..., L_q, d_k), k (..., L_k, d_k), v (..., L_k, d_v), with the same batch shape; L_k ≥ 1.
+        block_size: keys per block (any int ≥ 1).
+    Returns:
+        (..., L_q, d_v), equal to ``scaled_dot_product_attention(q, k, v)[0]``, gradients included.
+    """
+    require_qkv(q, k, v)
+    _check_block_size(block_size)
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2] or k.shape[-2] == 0:
+        raise ValueError(
+            "flash_attention needs q, k and v with the same batch shape and at least one key, "
+            f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    return _FlashAttention.apply(q, k, v, block_size)
+
+
+def saved_tensor_bytes(fn, *args, **kwargs) -> int:
+    """Bytes autograd keeps for the backward pass of fn(*args, **kwargs), beyond its inputs.
+
+    Measured with `torch.autograd.graph.saved_tensors_hooks`, which sees every tensor an
+    operation saves for its backward pass: each storage is counted once, and storages shared with
+    a tensor argument (they exist anyway) are not counted. Deterministic, on any device.
+    """
+    inputs = {
+        t.untyped_storage().data_ptr()
+        for t in (*args, *kwargs.values())
+        if isinstance(t, torch.Tensor)
+    }
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in inputs:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = fn(*args, **kwargs)  # kept alive until counted: its graph holds what was saved
+    total = sum(saved.values())
+    del result
+    return total
 
 
 @contextlib.contextmanager

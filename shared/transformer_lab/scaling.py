@@ -45,7 +45,9 @@ __all__ = [
     "performer_features",
     "peak_memory_bytes",
     "pooling_projection",
+    "positive_random_features",
     "random_features",
+    "repeat_kv",
     "sliding_window_mask",
     "wall_time",
 ]
@@ -280,6 +282,33 @@ class LinformerSelfAttention(nn.Module):
 # Performer (Choromanski et al., 2021): FAVOR+ positive random features
 
 
+def _feature_exponent(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """ω·x − |x|²/2 for every direction ω (a row of w): (..., d), (m, d) -> (..., m)."""
+    return x @ w.T - (x * x).sum(-1, keepdim=True) / 2
+
+
+def positive_random_features(x: torch.Tensor, omega: torch.Tensor) -> torch.Tensor:
+    """φ(x) = exp(ω·x − |x|²/2) / sqrt(m) for the m directions ω (rows of omega): FAVOR+'s "+".
+
+    For ω ~ N(0, I), E[exp(ω·q) exp(ω·k)] = exp(|q + k|²/2), so E[φ(q)·φ(k)] = exp(q·k): the
+    softmax kernel, estimated by features that are all positive (unlike sin/cos features, whose
+    estimate of a small kernel value can be negative).
+
+    Args:
+        x: (..., d), floating point.
+        omega: (m, d), the random directions (rows ~ N(0, I), e.g. `random_features`).
+    Returns:
+        (..., m), every entry > 0 (no stability shift: see `performer_features` for that).
+    """
+    require_min_ndim("x", x, 1, "(..., d)")
+    require_ndim("omega", omega, 2, "(m, d)")
+    if omega.shape[1] != x.shape[-1]:
+        raise ValueError(
+            f"omega must be (m, d) with d = x.shape[-1] = {x.shape[-1]}, got {tuple(omega.shape)}"
+        )
+    return torch.exp(_feature_exponent(x, omega)) / math.sqrt(omega.shape[0])
+
+
 def performer_features(x: torch.Tensor, w: torch.Tensor, is_query: bool) -> torch.Tensor:
     """φ(x) = exp(w·x - |x|²/2) / sqrt(m), positive random features: E[φ(q)·φ(k)] = exp(q·k).
 
@@ -292,7 +321,7 @@ def performer_features(x: torch.Tensor, w: torch.Tensor, is_query: bool) -> torc
     Returns:
         (..., n, m), all entries > 0.
     """
-    exponent = x @ w.T - (x * x).sum(-1, keepdim=True) / 2  # (..., n, m)
+    exponent = _feature_exponent(x, w)  # (..., n, m)
     if is_query:
         shift = exponent.amax(dim=-1, keepdim=True)
     else:
@@ -427,6 +456,20 @@ def cache_nbytes(cache: list[KVCache]) -> int:
     return total
 
 
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Grouped-query attention's head mapping: (B, h_kv, L, d) -> (B, h_kv · n_rep, L, d).
+
+    Each key/value head is repeated n_rep times *in place* (interleaved): output head i is input
+    head i // n_rep, so query heads 0 .. n_rep − 1 share K/V head 0, the next n_rep head 1, and so
+    on. The same as Hugging Face Llama's `repeat_kv` and ``x.repeat_interleave(n_rep, dim=1)``;
+    not ``x.repeat(1, n_rep, 1, 1)``, which tiles (head i would read K/V head i mod h_kv).
+    """
+    require_ndim("x", x, 4, "(B, h_kv, L, d)")
+    if isinstance(n_rep, bool) or not isinstance(n_rep, int) or n_rep < 1:
+        raise ValueError(f"n_rep must be a positive int, got {n_rep!r}")
+    return x.repeat_interleave(n_rep, dim=1)
+
+
 class GroupedQueryAttention(nn.Module):
     """Grouped-query attention (Ainslie et al., 2023): n_heads query heads, n_kv_heads K/V heads.
 
@@ -486,8 +529,8 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)  # the cache holds the h_kv heads only
         group = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # (B, h, L_k, d_k): head i reads K/V head i // g
-        v = v.repeat_interleave(group, dim=1)
+        k = repeat_kv(k, group)  # (B, h, L_k, d_k): head i reads K/V head i // g
+        v = repeat_kv(v, group)
         return attend(self, q, k, v, mask, need_weights)
 
 

@@ -1,4 +1,5 @@
-"""Lesson 12 checks: online_softmax and tiled_attention.
+"""Lesson 12 checks: online_softmax, tiled_attention, kv_cache_bytes, repeat_kv and
+positive_random_features.
 
 Correct implementations written the way a student would (other routes than the reference) pass the
 visible and thorough checks; every catalogued mistake is caught and named by the visible check
@@ -112,12 +113,46 @@ def tiled_plain(q, k, v, mask=None, block_size=64):
     return out / torch.where(l_run == 0, 1.0, l_run)[..., None]
 
 
+def cache_bytes_by_product(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+    """K and V as two tensors of shape (layers, batch, kv heads, length, d_head), counted."""
+    kv = n_heads if n_kv_heads is None else n_kv_heads
+    return 2 * math.prod((n_layers, batch, kv, length, d_head)) * dtype_bytes
+
+
+def repeat_kv_expand(x, n_rep):
+    """A new axis after the heads, expanded n_rep times, then merged (Hugging Face Llama's way)."""
+    B, h_kv, L, d = x.shape
+    return x[:, :, None].expand(B, h_kv, n_rep, L, d).reshape(B, h_kv * n_rep, L, d)
+
+
+def repeat_kv_by_index(x, n_rep):
+    """Gathers head i // n_rep for every output head i."""
+    return x[:, torch.arange(x.shape[1] * n_rep) // n_rep]
+
+
+def features_by_einsum(x, omega):
+    exponent = torch.einsum("...d,md->...m", x, omega) - 0.5 * x.pow(2).sum(-1, keepdim=True)
+    return exponent.exp() / omega.shape[0] ** 0.5
+
+
 GOOD = [
     ("online_softmax", softmax_running),
     ("online_softmax", softmax_block_statistics),
     ("tiled_attention", tiled_queries_and_keys),
     ("tiled_attention", tiled_plain),
+    ("kv_cache_bytes", cache_bytes_by_product),
+    ("repeat_kv", repeat_kv_expand),
+    ("repeat_kv", repeat_kv_by_index),
+    ("positive_random_features", features_by_einsum),
 ]
+NAMES = list(dict.fromkeys(name for name, _ in GOOD))
+COVERED = {  # what each passing line says it covered, beyond the comparison
+    "online_softmax": "block by block",
+    "tiled_attention": "never the (L_q, L_k)",
+    "kv_cache_bytes": "GPT-3, Llama-2-70B",
+    "repeat_kv": "forward and gradients",
+    "positive_random_features": "φ(q)·φ(k) ≈ exp(q·k)",
+}
 
 
 @pytest.mark.parametrize("name,impl", GOOD, ids=[f.__name__ for _, f in GOOD])
@@ -126,7 +161,7 @@ def test_correct_implementations_pass(name, impl, thorough, capsys):
     assert getattr(check, name)(impl, thorough=thorough) is None
     out = capsys.readouterr().out
     assert f"✓ {name}" in out
-    assert ("block by block" if name == "online_softmax" else "never the (L_q, L_k)") in out
+    assert COVERED[name] in out
 
 
 def test_passing_parts_are_saved_into_the_students_package(tmp_path):
@@ -149,7 +184,7 @@ def test_checks_do_not_touch_the_global_seed():
 def test_visible_checks_return_within_a_second():
     import time
 
-    for name, impl in (("online_softmax", softmax_running), ("tiled_attention", tiled_plain)):
+    for name, impl in dict(GOOD).items():  # the last implementation of each exercise
         start = time.perf_counter()
         getattr(check, name)(impl)
         assert time.perf_counter() - start < 1.0, name
@@ -158,11 +193,7 @@ def test_visible_checks_return_within_a_second():
 # ---------------------------------------------------------------------------------------------
 # The catalogue: every mistake is named by the visible check already.
 
-CATALOGUE = [
-    (name, m.key)
-    for name in ("online_softmax", "tiled_attention")
-    for m in check.EXERCISES[name].mistakes
-]
+CATALOGUE = [(name, m.key) for name in NAMES for m in check.EXERCISES[name].mistakes]
 
 
 @pytest.mark.parametrize("name,key", CATALOGUE, ids=[f"{n}-{k}" for n, k in CATALOGUE])
@@ -399,3 +430,78 @@ def test_an_exception_in_the_student_code_fails_with_its_message():
 
     with pytest.raises(check.CheckFailed, match="raised ValueError: my own bug"):
         check.tiled_attention(broken)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercises 3-5: kv_cache_bytes, repeat_kv, positive_random_features.
+
+
+def test_the_brief_s_scale_mistakes_are_catalogued():
+    keys = {name: {m.key for m in check.EXERCISES[name].mistakes} for name in NAMES}
+    assert {"no-factor-2", "query-heads", "gib", "gb", "no-layers"} <= keys["kv_cache_bytes"]
+    assert {"tiled", "length-axis"} <= keys["repeat_kv"]
+    assert {"no-norm", "no-sqrt-m"} <= keys["positive_random_features"]
+
+
+def test_the_kv_cache_numbers_of_the_lecture():
+    """GPT-3 175B in float16: a batch of 32 is 288 GiB = 309 GB, less than 350 GB of weights;
+    the cache passes the weights from 37 full-length sequences on (issue 25, error 1)."""
+    from transformer_lab.scaling import kv_cache_bytes
+
+    weights = 175e9 * 2
+    at_32 = kv_cache_bytes(96, 96, 128, 32, 2048, 2)
+    assert at_32 / 2**30 == 288 and round(at_32 / 1e9) == 309 and at_32 < weights
+    per_sequence = kv_cache_bytes(96, 96, 128, 1, 2048, 2)
+    assert next(b for b in range(1, 100) if b * per_sequence > weights) == 37
+    cases = check.EXERCISES["kv_cache_bytes"].driver.cases(False)
+    assert [c.args[3] for c in cases[:2]] == [32, 37]  # both sides of error 1 are visible cases
+
+
+def test_a_cache_size_in_the_wrong_unit_is_shown_in_both_units():
+    with pytest.raises(check.CheckFailed) as info:
+        check.kv_cache_bytes(check.EXERCISES["kv_cache_bytes"].mistake("gb").impl)
+    assert "309.24 GB = 288.00 GiB" in info.value.problem
+
+
+@pytest.mark.parametrize("shape,n_rep", [((2, 3, 4, 5), 2), ((1, 1, 3, 2), 4), ((2, 4, 1, 3), 1)])
+def test_repeat_kv_is_hugging_face_s_and_repeat_interleave(shape, n_rep):
+    from transformers.models.llama.modeling_llama import repeat_kv as hf_repeat_kv
+
+    from transformer_lab.scaling import repeat_kv
+
+    x = torch.randn(*shape)
+    assert torch.equal(repeat_kv(x, n_rep), hf_repeat_kv(x, n_rep))
+    assert torch.equal(repeat_kv(x, n_rep), torch.repeat_interleave(x, n_rep, dim=1))
+
+
+@pytest.mark.parametrize("x,n_rep", [(torch.zeros(2, 3, 4), 2), (torch.zeros(1, 2, 3, 4), 0)])
+def test_repeat_kv_rejects_bad_input(x, n_rep):
+    from transformer_lab.scaling import repeat_kv
+
+    with pytest.raises(ValueError):
+        repeat_kv(x, n_rep)
+
+
+def test_positive_random_features_estimate_the_softmax_kernel():
+    from transformer_lab.scaling import performer_features, positive_random_features
+
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(5, 4, generator=g, dtype=torch.float64) * 0.3 for _ in range(2))
+    omega = torch.randn(50_000, 4, generator=g, dtype=torch.float64)
+    phi_q, phi_k = positive_random_features(q, omega), positive_random_features(k, omega)
+    assert (phi_q > 0).all()
+    estimate = (phi_q * phi_k).sum(-1)
+    assert torch.allclose(estimate, torch.exp((q * k).sum(-1)), rtol=0.03)  # σ ≈ 0.8 %
+    shifted = performer_features(q, omega, is_query=True)  # the same up to a factor per row
+    ratio = phi_q / shifted
+    assert torch.allclose(ratio, ratio[:, :1].expand_as(ratio))
+    with pytest.raises(ValueError, match="omega"):
+        positive_random_features(q, omega[:, :3])
+
+
+def test_the_scale_references_are_refused():
+    from transformer_lab import scaling
+
+    for name in ("kv_cache_bytes", "repeat_kv", "positive_random_features"):
+        with pytest.raises(ImplementThisYourself):
+            getattr(check, name)(getattr(scaling, name))

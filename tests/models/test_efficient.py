@@ -282,3 +282,70 @@ def test_tiled_attention_peak_memory_grows_linearly_exact_quadratically():
     # at L = 2048 the full score matrix alone is 16 MiB in float32; the tiled pass is far below
     assert exact[-1] > 2 * 2048 * 2048 * 4 * 0.9
     assert tiled[-1] < exact[-1] / 10
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attention (FlashAttention's backward pass) and saved_tensor_bytes
+
+
+@pytest.mark.parametrize("Lq,Lk,block_size", [(7, 11, 4), (9, 9, 1), (5, 13, 100), (1, 3, 2)])
+def test_flash_attention_equals_sdpa_with_its_gradients(Lq, Lk, block_size):
+    q, k, v = (t.requires_grad_() for t in _qkv((2, 3), Lq, Lk, 8, 5, scale=2.0))
+    d_out = torch.randn(2, 3, Lq, 5, dtype=torch.float64)
+    expected, _ = attention.scaled_dot_product_attention(q, k, v)
+    got = efficient.flash_attention(q, k, v, block_size)
+    assert torch.allclose(got, expected, **TOL[torch.float64])
+    for a, b in zip(
+        torch.autograd.grad(got, (q, k, v), d_out), torch.autograd.grad(expected, (q, k, v), d_out)
+    ):
+        assert torch.allclose(a, b, **TOL[torch.float64])
+
+
+def test_flash_attention_passes_gradcheck():
+    q, k, v = (t.requires_grad_() for t in _qkv((2,), 6, 10, 4, 3))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: efficient.flash_attention(a, b, c, 3), (q, k, v)
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"k": torch.zeros(2, 0, 4), "v": torch.zeros(2, 0, 4)},  # no keys
+        {"k": torch.zeros(1, 5, 4), "v": torch.zeros(1, 5, 4)},  # a broadcast batch
+    ],
+)
+def test_flash_attention_rejects_what_it_does_not_handle(kwargs):
+    with pytest.raises(ValueError, match="same batch shape"):
+        efficient.flash_attention(torch.zeros(2, 5, 4), **kwargs)
+
+
+def test_saved_tensor_bytes_counts_each_saved_storage_once_and_not_the_inputs():
+    x = torch.randn(1000, requires_grad=True)
+    assert efficient.saved_tensor_bytes(lambda t: (t * t).sum(), x) == 0  # saves x only
+    # exp saves its output y, y * y saves y twice: one storage of 1000 float32
+    assert efficient.saved_tensor_bytes(lambda t: (t.exp() * t.exp().detach()).sum(), x) == 8000
+    assert efficient.saved_tensor_bytes(lambda t: (t.exp() ** 2).sum(), x) == 4000
+
+
+def _kept_per_query(fn, L, d=8):
+    q, k, v = (torch.randn(1, L, d, requires_grad=True) for _ in range(3))
+    return efficient.saved_tensor_bytes(fn, q, k, v) / L
+
+
+def test_flash_attention_keeps_linear_memory_where_autograd_keeps_quadratic():
+    """What is kept for the backward pass, per query, is constant in L for flash_attention and
+    grows with L for exact attention and for autograd through the tiled loop (the mutants)."""
+
+    def flash(q, k, v):
+        return efficient.flash_attention(q, k, v, 16)
+
+    def tiled(q, k, v):
+        return efficient.tiled_attention(q, k, v, block_size=16)
+
+    def exact(q, k, v):
+        return attention.scaled_dot_product_attention(q, k, v)[0]
+
+    assert _kept_per_query(flash, 256) == _kept_per_query(flash, 64) <= 8 * 4 + 4
+    for mutant in (tiled, exact):
+        assert _kept_per_query(mutant, 256) >= 3 * _kept_per_query(mutant, 64)  # L x4: ~4x

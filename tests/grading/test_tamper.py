@@ -121,8 +121,10 @@ def passed(result: dict) -> dict[str, bool]:
     return {gid: cell["passed"] for gid, cell in result["cells"].items()}
 
 
-# A wrong scaled_dot_product_attention (no division by √d_k); SelfAttention calls it, so both
-# exercises of lesson 02 are wrong in every hostile submission below.
+# A wrong scaled_dot_product_attention (no division by √d_k). SelfAttention calls it, and is
+# judged with the course's attention in its place (`Exercise.uses`, tests/grading/
+# test_own_exercise.py): in every hostile submission below the attention exercise is wrong and
+# SelfAttention, right itself, passes; the hostile code gains nothing on either.
 WRONG_SDPA = """
 def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1)
@@ -131,8 +133,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return weights @ v, weights
 """
-BOTH = ["sdpa-test", "self-attention-test"]
 NONE_PASS = {"sdpa-test": False, "self-attention-test": False}
+SDPA_WRONG = {"sdpa-test": False, "self-attention-test": True}  # judged: only its own exercise
 ALL_PASS = {"sdpa-test": True, "self-attention-test": True}
 
 
@@ -180,7 +182,7 @@ def test_untouched_exercise_fails_everything(tmp_path):
 
 def test_wrong_answer_names_the_mistake(tmp_path):
     result = run_verify(hostile(tmp_path, "pass"), L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     assert (
         "Likely mistake: your scores are not divided by √d_k."
         in (result["cells"]["sdpa-test"]["message"])
@@ -232,7 +234,7 @@ def test_monkeypatched_allclose(tmp_path):
     kernel = in_kernel(path, L02)
     assert kernel == ALL_PASS  # the in-kernel check is fooled
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     n = cell_number(path, "torch.allclose =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns torch.allclose",
@@ -245,7 +247,7 @@ def test_monkeypatched_assert_close(tmp_path):
     kernel = in_kernel(path, L02)
     assert kernel == NONE_PASS  # the checks never used assert_close: not fooled
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     n = cell_number(path, "assert_close =")
     assert result["flags"] == [f"suspicious code in cell {n}: assigns torch.testing.assert_close"]
 
@@ -255,7 +257,7 @@ def test_redefined_check_function(tmp_path):
     kernel = in_kernel(path, L02)
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     n = cell_number(path, "check.scaled_dot_product_attention =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns check.scaled_dot_product_attention "
@@ -276,7 +278,7 @@ def test_patched_comparison_internals(tmp_path):
     # fails in the kernel (the layer uses the wrong attention).
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     n = cell_number(path, "compare.compare_outputs =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns compare.compare_outputs "
@@ -298,7 +300,7 @@ def test_patched_reference(tmp_path):
     kernel = in_kernel(path, L02)
     assert kernel == {"sdpa-test": True, "self-attention-test": False}
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     n = cell_number(path, "A.scaled_dot_product_attention =")
     assert result["flags"] == [
         f"suspicious code in cell {n}: assigns A.scaled_dot_product_attention "
@@ -317,7 +319,12 @@ def test_patched_builtins(tmp_path):
     )
     path = hostile(tmp_path, code)
     result = run_verify(path, L02, tmp_path)
+    # The patch breaks the student's own process (it dies under the first test), so SelfAttention
+    # fails too, whatever attention it runs on.
     assert passed(result) == NONE_PASS
+    assert result["cells"]["self-attention-test"]["message"].startswith(
+        "DeadKernelError: the student's process died before this test"
+    )
     n = cell_number(path, "import builtins")
     assert result["flags"] == [
         f"suspicious code in cell {n}: imports builtins",
@@ -338,13 +345,12 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 """
     path = submission(tmp_path, L02, {"sdpa-solution": answer})
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     message = result["cells"]["sdpa-test"]["message"]
     assert message.startswith("ImplementThisYourself: implement this yourself")
     assert "F.scaled_dot_product_attention" in message
     assert result["flags"] == [
         "called forbidden F.scaled_dot_product_attention in scaled_dot_product_attention",
-        "called forbidden F.scaled_dot_product_attention in SelfAttention",
     ]
 
 
@@ -365,11 +371,10 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 """
     path = submission(tmp_path, L02, {"sdpa-solution": answer})
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     assert "F.scaled_dot_product_attention" in result["cells"]["sdpa-test"]["message"]
     assert result["flags"] == [
         "called forbidden F.scaled_dot_product_attention in scaled_dot_product_attention",
-        "called forbidden F.scaled_dot_product_attention in SelfAttention",
     ]
 
 
@@ -382,10 +387,11 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 """
     path = submission(tmp_path, L02, {"sdpa-solution": answer})
     kernel = in_kernel(path, L02)
-    # SelfAttention calls it too, and the reference is forbidden there as well: both refused.
+    # SelfAttention calls it too, and the reference is forbidden there as well: in the kernel both
+    # are refused; judged, SelfAttention runs on the course's attention (not the student's).
     assert kernel == NONE_PASS
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     assert (
         "transformer_lab.attention.scaled_dot_product_attention"
         in (result["cells"]["sdpa-test"]["message"])
@@ -393,7 +399,6 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     assert result["flags"] == [
         "called forbidden transformer_lab.attention.scaled_dot_product_attention in "
         "scaled_dot_product_attention",
-        "called forbidden transformer_lab.attention.scaled_dot_product_attention in SelfAttention",
     ]
 
 
@@ -408,7 +413,7 @@ scaled_dot_product_attention = _ns["scaled_dot_product_attention"]
     kernel = in_kernel(path, L02)
     assert kernel == ALL_PASS  # the copy is a different function object: the kernel is fooled
     result = run_verify(path, L02, tmp_path)
-    assert passed(result) == NONE_PASS
+    assert passed(result) == SDPA_WRONG
     n = cell_number(path, "_ns = {")
     assert result["flags"] == [
         f"suspicious code in cell {n}: calls exec",
@@ -418,7 +423,6 @@ scaled_dot_product_attention = _ns["scaled_dot_product_attention"]
         "(transformer_lab.attention.__file__)",
         "ran a copy of transformer_lab.attention.scaled_dot_product_attention in "
         "scaled_dot_product_attention",
-        "ran a copy of transformer_lab.attention.scaled_dot_product_attention in SelfAttention",
     ]
 
 
@@ -461,8 +465,10 @@ def test_infinite_loop_in_a_cell_is_cut_and_grading_goes_on(tmp_path):
 
 
 def test_endless_loop_in_a_graded_function_gets_a_per_test_limit(tmp_path):
-    """The loop is in `scaled_dot_product_attention`, which SelfAttention calls too: each test
-    runs out of its own time and the next gets a fresh child, long before the overall limit."""
+    """The loop is in `scaled_dot_product_attention`: its test runs out of its own time and the
+    next test gets a fresh child, long before the overall limit. SelfAttention, which calls it in
+    the notebook, is judged on the course's attention: it passes, the loop costs only its own
+    exercise."""
     import time
 
     looping = WRONG_SDPA.replace("    scores =", "    while True:\n        pass\n    scores =", 1)
@@ -470,9 +476,8 @@ def test_endless_loop_in_a_graded_function_gets_a_per_test_limit(tmp_path):
     start = time.monotonic()
     result = V.verify(L02, path, tmp_path / "work", course=ROOT, timeout=300, cell_timeout=LIMIT)
     assert time.monotonic() - start < 200
-    assert passed(result) == NONE_PASS
-    for gid in BOTH:
-        assert "ran past the per-cell time limit" in result["cells"][gid]["message"], result
+    assert passed(result) == SDPA_WRONG
+    assert "ran past the per-cell time limit" in result["cells"]["sdpa-test"]["message"], result
 
 
 def test_child_death_fails_every_cell_with_the_reason(tmp_path):
@@ -625,11 +630,11 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     )
     by = {r["student"]: r for r in records}
     scores = {s: (r["status"], r["score"]) for s, r in by.items()}
-    assert scores == {
+    assert scores == {  # SelfAttention, right itself, keeps its 3 points (Exercise.uses)
         "honest": ("graded", 8.0),
-        "allclose": ("graded", 0.0),
-        "redefined": ("graded", 0.0),
-        "forbidden": ("graded", 0.0),
+        "allclose": ("graded", 3.0),
+        "redefined": ("graded", 3.0),
+        "forbidden": ("graded", 3.0),
     }, by
     flags = {s: [f for f in r["flags"] if "without a sandbox" not in f] for s, r in by.items()}
     assert flags["honest"] == []

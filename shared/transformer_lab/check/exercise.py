@@ -179,7 +179,12 @@ class Exercise:
     ``transformer_lab.<module>``; `forbidden` the dotted names that raise while the student's code
     runs; `driver` says how the student's code is run and compared (FunctionDriver, ModuleDriver,
     ExactDriver, RaisesDriver, TrialDriver, CustomDriver); `mistakes` the catalogue named on a
-    matching wrong result. Creating an Exercise declares it in ``EXERCISES``.
+    matching wrong result; `uses` the earlier exercises of the same notebook that the student's
+    code calls by their notebook names (SelfAttention calls ``scaled_dot_product_attention``):
+    grading runs this exercise with the course's reference for each of them in place of the
+    student's, so that a mistake there costs only its own exercise (``instructor.verify_earlier``);
+    the check in the student's own notebook runs their code as it is. Creating an Exercise
+    declares it in ``EXERCISES``.
     """
 
     name: str
@@ -190,8 +195,10 @@ class Exercise:
     mistakes: list[Mistake] = field(default_factory=list)
     driver: object = None  # a check.drivers.Driver
     doc: str = ""  # what the check checks, e.g. "scaled_dot_product_attention(q, k, v) -> ..."
+    uses: tuple[str, ...] = ()  # earlier exercises of the notebook its code calls by name
 
     def __post_init__(self):
+        self._check_uses()
         keyed = []
         for i, m in enumerate(self.mistakes):
             keyed.append(m if m.key else Mistake(f"#{i}", m.sentence, m.impl))
@@ -201,6 +208,24 @@ class Exercise:
             raise ValueError(f"{self.name}: mistake keys must be unique, got {keys}")
         self.__doc__ = f"Check {self.doc or self.name}."
         EXERCISES.add(self)
+
+    def _check_uses(self) -> None:
+        """Each name in `uses` is an exercise declared before this one, in the same lesson."""
+        if isinstance(self.uses, str):
+            raise TypeError(f"{self.name}: uses is a tuple of exercise names, got {self.uses!r}")
+        self.uses = tuple(self.uses)
+        for name in self.uses:
+            earlier = EXERCISES.get(name)
+            if earlier is None or earlier is self or name == self.name:
+                raise ValueError(
+                    f"{self.name}: uses {name!r}, which is not an exercise declared before it"
+                )
+            if earlier.lesson != self.lesson:
+                raise ValueError(
+                    f"{self.name} (lesson {self.lesson}): uses {name!r} of lesson "
+                    f"{earlier.lesson}; only an earlier exercise of the same notebook can be "
+                    "named (grading runs earlier lessons on the reference already)"
+                )
 
     def mistake(self, key: str) -> Mistake:
         """The catalogued mistake with this key."""

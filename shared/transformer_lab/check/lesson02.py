@@ -545,4 +545,5 @@ SelfAttention = Exercise(
     ],
     driver=CustomDriver(_check_self_attention),
     doc="a SelfAttention class: SelfAttention(d_model, d_k=None, d_v=None), forward(x, mask=None)",
+    uses=("scaled_dot_product_attention",),
 )

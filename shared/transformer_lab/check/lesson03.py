@@ -356,4 +356,5 @@ MultiHeadAttention = Exercise(
     ],
     driver=ModuleDriver(_mha_cases, outputs=("output",)),
     doc="MultiHeadAttention(d_model, n_heads, bias=True), forward(x, context=None, mask=None)",
+    uses=("split_heads", "merge_heads"),
 )

@@ -431,4 +431,5 @@ EncoderBlock = Exercise(
     ],
     driver=ModuleDriver(_block_cases, outputs=("output",)),
     doc="EncoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False); forward(x, mask)",
+    uses=("LayerNorm", "FeedForward"),
 )

@@ -315,4 +315,5 @@ sample_next = Exercise(
     ),
     doc="sample_next(logits (B, V), temperature=1.0, top_k=None, generator=None) -> (B,) ids: "
     "draws follow next_token_probs, greedy cases give the argmax, a seeded generator reproduces",
+    uses=("next_token_probs",),
 )

@@ -411,6 +411,7 @@ ViTEmbedding = Exercise(
         "ViTEmbedding(image_size, patch_size, n_channels, d_model), "
         "forward(images (B, C, H, W)) -> z_0 (B, N + 1, d_model)"
     ),
+    uses=("patchify",),
 )
 
 

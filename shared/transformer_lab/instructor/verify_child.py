@@ -5,7 +5,8 @@ answers the judge's describe/getattr/call/backward requests in between.
     python -I -m transformer_lab.instructor.verify_child --child FD_IN FD_OUT CELLS.json
 
 While the student's code runs for a request, `verify_guard.Guard` switches the exercise's
-forbidden names off and watches for calls of them; such a call refuses the request.
+forbidden names off and watches for calls of them; such a call refuses the request; and the
+earlier exercises of the notebook that the exercise calls are the course's (`verify_earlier`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .cell_limits import TimeoutBudget
+from .verify_earlier import course_parts, in_place
 from .verify_guard import NOTHING_FORBIDDEN, Guard, Trusted, capture
 from .verify_wire import (
     BUILTIN_PROTOCOL,
@@ -182,9 +184,10 @@ class Answers:
     """The child's side of the requests: objects stay here (the parent holds handles), only
     plain data and tensors go back."""
 
-    def __init__(self, cells: Cells, trusted: Trusted, torch, forbid: Callable):
+    def __init__(self, cells: Cells, trusted: Trusted, torch, forbid: Callable, earlier=None):
         self.cells, self.ns = cells, cells.ns
         self.trusted, self.torch, self.forbid = trusted, torch, forbid
+        self.earlier = earlier or {}  # exercise -> {notebook name: the course's stand-in}
         self.functional_call = torch.func.functional_call
         self.instances: dict[int, object] = {}
         self.registry: dict[int, object] = {}
@@ -370,7 +373,8 @@ class Answers:
                 return {"refused": [f"subclassed the reference {dotted}"]}
         guard = self.guard(exercise)
         try:
-            result = self.run_guarded(guard, req, args, kwargs, tensors)
+            with in_place(self.ns, self.earlier.get(exercise, {})):
+                result = self.run_guarded(guard, req, args, kwargs, tensors)
         except BaseException:
             if guard.refused:
                 return {"refused": guard.refused}
@@ -439,6 +443,7 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
     torch.set_num_threads(1)
     spec = json.loads(Path(cells_file).read_text())
     trusted = capture(check)
+    earlier = course_parts(check.EXERCISES)
     pack, unpack, write = pack_reply, unpack_request, write_message
     forbid = check.forbid
 
@@ -448,7 +453,7 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
     cells = Cells(spec)
     errors, _ = cells.run(spec["cells"])
     send({"op": "ready", "cell_errors": errors})
-    answers = Answers(cells, trusted, torch, forbid)
+    answers = Answers(cells, trusted, torch, forbid, earlier)
     while True:
         try:
             data = read_message(fd_in, None, limit=1 << 34)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from .verify_earlier import note
 from .verify_wire import GENERATOR_MARK, MAX_TEXT, OBJECT_MARK, TENSOR_MARK, ChildGone
 
 if TYPE_CHECKING:
@@ -328,10 +329,12 @@ class TestNames(dict):
 
 
 class CheckFront:
-    """``check`` in the test cell: the real checks, told which exercise is being checked."""
+    """``check`` in the test cell: the real checks, told which exercise is being checked. A check
+    whose exercise runs on the course's earlier parts (``Exercise.uses``) says so once, first."""
 
     def __init__(self, session: Session):
         self._session = session
+        self._noted: set[str] = set()
 
     def __getattr__(self, name):
         from transformer_lab import check
@@ -341,6 +344,10 @@ class CheckFront:
             return real
 
         def run(*args, **kwargs):
+            uses = getattr(real, "uses", ())
+            if uses and name not in self._noted:
+                self._noted.add(name)
+                print(note(name, uses))
             self._session.exercise = name
             self._session.leaves = []
             try:

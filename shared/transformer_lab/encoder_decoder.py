@@ -258,13 +258,18 @@ def beam_search(
 
     Keeps the `beam_size` best prefixes by total log-probability. A prefix that emits EOS is
     finished; after `max_len` new tokens the unfinished ones are finished too. The winner maximises
-    score / len^length_penalty (length_penalty=0: plain total log-probability).
+    score / len^length_penalty, len the number of generated tokens (EOS included): plain length
+    normalisation with exponent alpha = length_penalty (0: the total log-probability, which
+    favours short outputs; 1: the mean log-probability per token). GNMT (Wu et al. 2016) divides
+    by ((5 + len) / 6)^alpha instead, a softer form of the same idea.
     Returns (tokens (1 + n,) starting with BOS, score).
     """
     if src.dim() == 1:
         src = src[None]
     if src.shape[0] != 1:
         raise ValueError(f"beam_search decodes one sequence at a time, got batch {src.shape[0]}")
+    if length_penalty < 0:
+        raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
     memory, src_mask = model.encode(src)
     beams = [(torch.tensor([bos_id], device=src.device), 0.0)]
     finished: list[tuple[torch.Tensor, float]] = []

@@ -3,8 +3,10 @@
     make_batch(pairs, vocab)       (source, target) strings -> src, tgt_in, tgt_out LongTensors
     batches(pairs, vocab, ...)     endless shuffled minibatches of those (for train.fit)
     teacher_forcing_loss(model, batch)   cross-entropy over every target position, PAD ignored
+    label_smoothed_loss(logits, targets, eps, ignore_index)   the paper's label smoothing, written out
     token_accuracy(model, batch)   teacher-forced next-token accuracy, PAD ignored
-    translate(model, vocab, sources)     free-running decoding (greedy, or beam search)
+    translate(model, vocab, sources)     free-running decoding (greedy, or beam search with an
+                                         optional length penalty)
     exact_match(predictions, targets)    fraction of strings that are exactly right
     evaluate_exact_match(model, pairs, vocab)   translate + exact_match in one call
 
@@ -82,6 +84,35 @@ def teacher_forcing_loss(
     )
 
 
+def label_smoothed_loss(
+    logits: torch.Tensor, targets: torch.Tensor, eps: float = 0.1, ignore_index: int = 0
+) -> torch.Tensor:
+    """Cross-entropy against label-smoothed targets, averaged over the positions not ignored.
+
+    logits (..., V), targets (...) integer class ids. Each position's target distribution is
+    q = (1 - eps) * onehot(y) + eps / V: the mass eps is spread uniformly over all V classes, the
+    true one included (Szegedy et al. 2016; the paper's eps_ls = 0.1). Its cross-entropy with
+    p = softmax(logits) is (1 - eps) * (-log p_y) + eps * mean_k(-log p_k). Positions whose target
+    is `ignore_index` (any integer, in 0..V-1 or not) count neither in the sum nor in the count.
+    The same convention as F.cross_entropy(..., label_smoothing=eps, ignore_index=ignore_index).
+    """
+    if not 0.0 <= eps <= 1.0:
+        raise ValueError(f"eps must be in [0, 1], got {eps}")
+    if logits.dim() < 1 or logits.shape[:-1] != targets.shape:
+        raise ValueError(
+            f"logits {tuple(logits.shape)} must be targets' shape {tuple(targets.shape)} + (V,)"
+        )
+    keep = targets != ignore_index
+    if not keep.any():
+        raise ValueError(f"every target is ignore_index={ignore_index}: nothing to average")
+    log_p = logits.log_softmax(-1)
+    true = targets.masked_fill(~keep, 0)  # any valid index; these positions are dropped below
+    nll = -log_p.gather(-1, true[..., None]).squeeze(-1)
+    uniform = -log_p.mean(-1)
+    loss = (1.0 - eps) * nll + eps * uniform
+    return loss[keep].mean()
+
+
 @torch.no_grad()
 def token_accuracy(model: nn.Module, batch: Batch) -> float:
     """Teacher-forced accuracy: the fraction of non-PAD target tokens whose arg-max is right.
@@ -105,12 +136,16 @@ def translate(
     max_len: int = 32,
     beam_size: int | None = None,
     batch_size: int = 256,
+    length_penalty: float = 0.0,
 ) -> list[str]:
     """Decode each source string free-running: greedy (beam_size=None) or beam search.
 
-    max_len bounds the number of generated tokens (EOS included). Runs in eval mode on the
-    model's device and restores the mode afterwards.
+    max_len bounds the number of generated tokens (EOS included). length_penalty is beam search's
+    alpha (see `beam_search`). Runs in eval mode on the model's device and restores the mode
+    afterwards.
     """
+    if beam_size is None and length_penalty != 0.0:
+        raise ValueError("length_penalty applies to beam search only: give beam_size too")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -125,7 +160,7 @@ def translate(
                 for row in src:
                     row = row[row != vocab.pad_id]  # one sequence: no padding needed
                     tokens, _ = beam_search(
-                        model, row, vocab.bos_id, vocab.eos_id, max_len, beam_size
+                        model, row, vocab.bos_id, vocab.eos_id, max_len, beam_size, length_penalty
                     )
                     out.append(vocab.decode(tokens.cpu()))
     finally:
@@ -148,7 +183,11 @@ def evaluate_exact_match(
     vocab: Seq2SeqVocab,
     max_len: int = 32,
     beam_size: int | None = None,
+    length_penalty: float = 0.0,
 ) -> float:
     """Exact match of free-running decoding on (source, target) pairs."""
-    predictions = translate(model, vocab, [s for s, _ in pairs], max_len, beam_size)
+    sources = [s for s, _ in pairs]
+    predictions = translate(
+        model, vocab, sources, max_len, beam_size, length_penalty=length_penalty
+    )
     return exact_match(predictions, [t for _, t in pairs])

@@ -6,6 +6,7 @@ low_precision_dtype(device)   bfloat16 where the device has it, else float16 (sa
 seed_everything()  Python, NumPy and torch seeds in one call
 progress()         a tqdm bar that renders as a widget in Jupyter and as text elsewhere
 fit()              the loop: batch -> loss -> backward -> (clip) -> step; returns the losses
+noam_lr(), noam_schedule()    the paper's warm-up then inverse-square-root learning rate
 evaluate(), accuracy()
 """
 
@@ -195,6 +196,30 @@ def fit(
         if callback is not None:
             callback(step, losses[-1])
     return losses
+
+
+def noam_lr(step: int, d_model: int, warmup: int) -> float:
+    """The learning rate of Vaswani et al. (2017), eq. (3), at optimiser step `step` (from 1):
+
+        lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+
+    It rises linearly for `warmup` steps, peaks at (d_model * warmup)^-0.5, then decays as
+    1/sqrt(step). The paper used warmup = 4000 with Adam (beta1 0.9, beta2 0.98, eps 1e-9).
+    """
+    for name, value in (("step", step), ("d_model", d_model), ("warmup", warmup)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_schedule(
+    optimizer: torch.optim.Optimizer, d_model: int, warmup: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR giving step k (from 0, as `fit` counts) the rate noam_lr(k + 1, ...) times the
+    optimiser's own lr: create the optimiser with lr=1.0 for the paper's rate, or with lr=f to
+    scale it by f (the "factor" of the Annotated Transformer)."""
+    noam_lr(1, d_model, warmup)  # validates the arguments now rather than at the first step
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: noam_lr(k + 1, d_model, warmup))
 
 
 def minibatches(

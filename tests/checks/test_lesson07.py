@@ -261,3 +261,113 @@ def test_decoder_block_may_use_the_reference_attention_and_ffn(capsys):
     """The contract lets the student build on MultiHeadAttention, FeedForward and LayerNorm."""
     assert check.DecoderBlock(GoodDecoderBlock) is None
     assert "forbidden" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 3: label_smoothed_loss.
+
+
+def good_smoothing_explicit(logits, targets, eps=0.1, ignore_index=0):
+    """Builds the target distribution q and takes its cross-entropy with log_softmax."""
+    V = logits.shape[-1]
+    keep = targets != ignore_index
+    onehot = torch.nn.functional.one_hot(torch.where(keep, targets, 0), V).to(logits.dtype)
+    q = (1 - eps) * onehot + eps / V
+    per_position = -(q * torch.log_softmax(logits, dim=-1)).sum(-1)
+    return (per_position * keep).sum() / keep.sum()
+
+
+def good_smoothing_nll(logits, targets, eps=0.1, ignore_index=0):
+    """(1 - eps) · F.nll_loss + eps · the mean over classes, flattened first."""
+    log_p = logits.reshape(-1, logits.shape[-1]).log_softmax(-1)
+    flat = targets.reshape(-1)
+    keep = flat != ignore_index
+    nll = torch.nn.functional.nll_loss(log_p, flat, ignore_index=ignore_index)
+    return (1 - eps) * nll + eps * (-log_p.mean(-1)[keep]).mean()
+
+
+@pytest.mark.parametrize("good", [good_smoothing_explicit, good_smoothing_nll])
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_good_label_smoothed_loss_passes(good, thorough, capsys):
+    assert check.label_smoothed_loss(good, thorough=thorough) is None
+    assert "✓ label_smoothed_loss" in capsys.readouterr().out
+
+
+def test_good_label_smoothed_loss_is_saved(tmp_path):
+    check.label_smoothed_loss(good_smoothing_explicit)
+    saved = (tmp_path / "pkg" / "transformer_lab_student" / "seq2seq.py").read_text()
+    assert "def good_smoothing_explicit" in saved
+
+
+SMOOTHING_KEYS = [m.key for m in check.EXERCISES["label_smoothed_loss"].mistakes]
+
+
+@pytest.mark.parametrize("key", SMOOTHING_KEYS)
+def test_every_smoothing_mistake_is_named_by_the_visible_check(key):
+    mistake = check.EXERCISES["label_smoothed_loss"].mistake(key)
+    with pytest.raises(check.CheckFailed) as info:
+        check.label_smoothed_loss(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
+def _smoothing_with_probabilities(logits, targets, eps=0.1, ignore_index=0):
+    """-sum q·p: the probabilities where their logs belong."""
+    V = logits.shape[-1]
+    keep = targets != ignore_index
+    onehot = torch.nn.functional.one_hot(torch.where(keep, targets, 0), V).to(logits.dtype)
+    q = (1 - eps) * onehot + eps / V
+    return (-(q * logits.softmax(-1)).sum(-1) * keep).sum() / keep.sum()
+
+
+def _smoothing_mean_of_row_means(logits, targets, eps=0.1, ignore_index=0):
+    """The mean over sequences of each sequence's mean: rows with more padding weigh more."""
+    if logits.dim() == 2:
+        return good_smoothing_explicit(logits, targets, eps, ignore_index)
+    rows = [
+        good_smoothing_explicit(lg, t, eps, ignore_index)
+        for lg, t in zip(logits, targets)
+        if (t != ignore_index).any()
+    ]
+    return torch.stack(rows).mean()
+
+
+def _smoothing_detached(logits, targets, eps=0.1, ignore_index=0):
+    loss = good_smoothing_explicit(logits, targets, eps, ignore_index)
+    return torch.tensor(loss.item(), dtype=logits.dtype, device=logits.device)
+
+
+def _smoothing_fixed_eps(logits, targets, eps=0.1, ignore_index=0):
+    """Ignores the eps argument (always the paper's 0.1)."""
+    return good_smoothing_explicit(logits, targets, 0.1, ignore_index)
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (_smoothing_with_probabilities, "loss differs"),
+        (_smoothing_mean_of_row_means, "loss differs"),
+        (_smoothing_detached, "no gradient"),
+        (_smoothing_fixed_eps, "loss differs"),
+    ],
+    ids=["probabilities", "mean-of-row-means", "detached", "fixed-eps"],
+)
+def test_other_wrong_label_smoothed_losses_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.label_smoothed_loss(wrong, thorough=True)
+
+
+def test_label_smoothed_loss_may_not_call_cross_entropy_or_the_reference():
+    from transformer_lab import seq2seq
+
+    def via_pytorch(logits, targets, eps=0.1, ignore_index=0):
+        return torch.nn.functional.cross_entropy(
+            logits.flatten(0, -2), targets.flatten(), ignore_index=ignore_index, label_smoothing=eps
+        )
+
+    def via_module(logits, targets, eps=0.1, ignore_index=0):
+        loss = nn.CrossEntropyLoss(ignore_index=ignore_index, label_smoothing=eps)
+        return loss(logits.flatten(0, -2), targets.flatten())
+
+    for cheat in (via_pytorch, via_module, seq2seq.label_smoothed_loss):
+        with pytest.raises(check.ImplementThisYourself):
+            check.label_smoothed_loss(cheat)

@@ -314,6 +314,49 @@ def test_fit_that_forgets_to_step_is_caught():
     assert not losses[-1] < 1e-3 * losses[0]
 
 
+def check_noam(schedule, d_model=64, warmup=10, steps=40):
+    """The rates an optimiser gets from `schedule(optimizer, d_model, warmup)` at steps 0..: the
+    paper's eq. (3) with the step counted from 1, computed here from its two branches."""
+    opt = torch.optim.Adam(torch.nn.Linear(2, 2).parameters(), lr=1.0, betas=(0.9, 0.98))
+    sched = schedule(opt, d_model, warmup)
+    rates = []
+    for _ in range(steps):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    peak = (d_model * warmup) ** -0.5
+    assert max(rates) == pytest.approx(peak) and rates.index(max(rates)) == warmup - 1
+    assert rates[0] == pytest.approx(peak / warmup)  # linear rise: step 1 of `warmup`
+    assert rates[4 * warmup - 1] == pytest.approx(peak / 2)  # 1/sqrt(step): 4x the steps, half
+    return rates
+
+
+def test_noam_schedule_follows_the_paper():
+    rates = check_noam(train.noam_schedule)
+    assert rates == pytest.approx([train.noam_lr(k + 1, 64, 10) for k in range(40)])
+    with pytest.raises(ValueError, match="warmup"):
+        train.noam_lr(1, 64, 0)
+    with pytest.raises(ValueError, match="step"):
+        train.noam_lr(0, 64, 10)
+
+
+def test_mutant_noam_schedules_are_caught():
+    def from_zero(opt, d_model, warmup):  # step counted from 0 (shifted by one)
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda k: train.noam_lr(max(k, 1), d_model, warmup)
+        )
+
+    def sqrt_warmup(opt, d_model, warmup):  # warmup^-0.5 in the rising branch
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt,
+            lambda k: d_model**-0.5 * min((k + 1) ** -0.5, (k + 1) * warmup**-0.5),
+        )
+
+    for wrong in (from_zero, sqrt_warmup):
+        with pytest.raises(AssertionError):
+            check_noam(wrong)
+
+
 def test_fit_clips_gradients_and_accepts_callables():
     x, y = _regression()
     model = torch.nn.Linear(4, 1)

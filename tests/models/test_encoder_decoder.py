@@ -135,9 +135,10 @@ def sequence_log_prob(model, src, tokens) -> float:
     return log_probs[torch.arange(len(tokens)), torch.tensor(tokens)].sum().item()
 
 
-def brute_force_search(model, src, max_len):
+def brute_force_search(model, src, max_len, length_penalty=0.0):
     """The best sequence among all of length 1..max_len in which only the last token may be EOS
-    (finished), plus the unfinished ones of length max_len, by summed log-probability.
+    (finished), plus the unfinished ones of length max_len, by summed log-probability divided by
+    length**length_penalty; returned with its summed log-probability.
 
     Every candidate is a prefix of one of the V**max_len sequences of length max_len, so one
     batched teacher-forced pass scores them all.
@@ -150,7 +151,7 @@ def brute_force_search(model, src, max_len):
     log_probs = model.decode(inp, memory.expand(n, -1, -1), src_mask.expand(n, -1, -1, -1))
     log_probs = log_probs.log_softmax(-1).gather(-1, everything[..., None])[..., 0]
     cumulative = log_probs.double().cumsum(-1)  # score of every prefix
-    best_tokens, best_score = None, -float("inf")
+    best_tokens, best_score, best_key = None, -float("inf"), -float("inf")
     for seq, scores in zip(everything.tolist(), cumulative.tolist()):
         for length in range(1, max_len + 1):
             prefix = seq[:length]
@@ -158,14 +159,18 @@ def brute_force_search(model, src, max_len):
                 break  # only the last token may be EOS
             if prefix[-1] != EOS and length < max_len:
                 continue  # unfinished and shorter than max_len: not a final hypothesis
-            if scores[length - 1] > best_score:
-                best_tokens, best_score = prefix, scores[length - 1]
+            key = scores[length - 1] / length**length_penalty
+            if key > best_key:
+                best_tokens, best_score, best_key = prefix, scores[length - 1], key
     return best_tokens, best_score
 
 
-def check_beam_equals_brute_force(model, src, max_len, beam_size):
-    tokens, score = beam_search(model, src, BOS, EOS, max_len=max_len, beam_size=beam_size)
-    best_tokens, best_score = brute_force_search(model, src, max_len)
+def check_beam_equals_brute_force(model, src, max_len, beam_size, length_penalty=0.0, search=None):
+    search = search or beam_search
+    tokens, score = search(
+        model, src, BOS, EOS, max_len=max_len, beam_size=beam_size, length_penalty=length_penalty
+    )
+    best_tokens, best_score = brute_force_search(model, src, max_len, length_penalty)
     assert tokens[0].item() == BOS
     assert tokens[1:].tolist() == best_tokens, f"beam {tokens[1:].tolist()} != best {best_tokens}"
     assert abs(score - best_score) < 1e-9
@@ -181,6 +186,34 @@ def test_exhaustive_beam_search_equals_brute_force(vocab, seed):
     # the brute force's own score agrees with a separate per-sequence computation
     best_tokens, best_score = brute_force_search(model, src, max_len)
     assert abs(sequence_log_prob(model, src, best_tokens) - best_score) < 1e-9
+
+
+@pytest.mark.parametrize("length_penalty", [0.5, 1.0, 2.0])
+def test_exhaustive_beam_search_with_length_penalty_equals_brute_force(length_penalty):
+    """The winner maximises score / len**alpha (plain length normalisation, not GNMT's)."""
+    for seed in range(3):
+        model = tiny_model(vocab=4, seed=seed)
+        src = random_tokens(1, 4, 4, seed=seed)
+        check_beam_equals_brute_force(model, src, 3, 4**3, length_penalty=length_penalty)
+
+
+def test_mutant_beam_search_ignoring_the_length_penalty_is_caught():
+    """Some model's best normalised sequence is not its best total one (else the test is blind)."""
+
+    def ignores_penalty(*args, length_penalty=0.0, **kwargs):
+        return beam_search(*args, **kwargs)
+
+    caught = 0
+    for seed in range(8):
+        model = tiny_model(vocab=4, seed=seed)
+        src = random_tokens(1, 4, 4, seed=seed)
+        try:
+            check_beam_equals_brute_force(model, src, 3, 64, 1.0, search=ignores_penalty)
+        except AssertionError:
+            caught += 1
+    assert caught > 0
+    with pytest.raises(ValueError, match="length_penalty"):
+        beam_search(tiny_model(vocab=4), random_tokens(1, 4, 4, seed=0), BOS, EOS, 3, 2, -1.0)
 
 
 def test_mutant_narrow_beam_is_caught():

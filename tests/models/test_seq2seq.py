@@ -149,6 +149,63 @@ def test_mutant_loss_sums_instead_of_mean():
         check_loss_ignores_pad(summed)
 
 
+# ----------------------------------------------------------------------------- label smoothing
+
+
+def check_label_smoothed_loss(loss_fn):
+    """Equals PyTorch's label_smoothing (eps spread over all V classes) for every convention the
+    contract names: shapes (..., V), any ignore_index, eps from 0 to 1; gradients too."""
+    gen = torch.Generator().manual_seed(0)
+    for shape, eps, ignore_index in [
+        ((2, 5, 7), 0.1, 0),
+        ((6, 4), 0.3, -100),
+        ((3, 2, 3), 0.0, 2),
+        ((4, 5), 1.0, 1),
+    ]:
+        logits = torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+        targets = torch.randint(0, shape[-1], shape[:-1], generator=gen)
+        targets.view(-1)[:2] = torch.tensor([ignore_index, (ignore_index + 1) % shape[-1]])
+        got = loss_fn(logits, targets, eps, ignore_index)
+        expected = F.cross_entropy(
+            logits.flatten(0, -2), targets.flatten(), ignore_index=ignore_index, label_smoothing=eps
+        )
+        torch.testing.assert_close(got, expected)
+        grads = torch.autograd.grad(got, logits), torch.autograd.grad(expected, logits)
+        torch.testing.assert_close(*grads)
+
+
+def test_label_smoothed_loss_equals_pytorch():
+    check_label_smoothed_loss(seq2seq.label_smoothed_loss)
+
+
+def test_mutant_label_smoothing_over_v_minus_1_classes_is_caught():
+    from transformer_lab.check import lesson07_smoothing
+
+    with pytest.raises(AssertionError):
+        check_label_smoothed_loss(lesson07_smoothing._smooth_v_minus_1)
+
+
+def test_teacher_forcing_loss_with_label_smoothing_is_label_smoothed_loss(vocab):
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab.vocab_size, vocab.vocab_size, 16, 2, 1, 32, 0.0))
+    batch = seq2seq.make_batch(PAIRS, vocab)
+    logits = model(batch[0], batch[1])
+    torch.testing.assert_close(
+        seq2seq.teacher_forcing_loss(model, batch, label_smoothing=0.1),
+        seq2seq.label_smoothed_loss(logits, batch[2], 0.1, PAD),
+    )
+
+
+def test_label_smoothed_loss_rejects_bad_input():
+    logits, targets = torch.randn(2, 3, 5), torch.ones(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="eps"):
+        seq2seq.label_smoothed_loss(logits, targets, eps=1.5)
+    with pytest.raises(ValueError, match="shape"):
+        seq2seq.label_smoothed_loss(logits, targets[:, :2])
+    with pytest.raises(ValueError, match="nothing to average"):
+        seq2seq.label_smoothed_loss(logits, torch.zeros_like(targets), ignore_index=0)
+
+
 def test_token_accuracy_known_case():
     tgt_out = torch.tensor([[3, 4, EOS], [3, EOS, PAD]])
     logits = torch.zeros(2, 3, 6)

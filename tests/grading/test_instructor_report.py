@@ -645,6 +645,25 @@ def test_feedback_replaces_a_leaking_page_by_the_record_page(course, monkeypatch
     assert "showed hidden-test text" in capsys.readouterr().err
 
 
+def _assert_eve_sees_her_failed_check(course: Path) -> None:
+    """A failed check as the student saw it in the notebook, from the record's fields: eve's
+    SelfAttention cell kept no output text at all, only its failure."""
+    page = course / f"autograder/work/feedback/eve/{LESSON}/{LESSON}.html"
+    eve = fb.page_text(page.read_text())
+    assert "✗ SelfAttention: check failed\nLikely mistake: " in eve
+    assert "What differs: output differs\nCase: q (2, 3, 5, 4) (float64 on cpu)" in eve
+    assert " ".join(SA_MISTAKE.split()) in " ".join(eve.split())
+
+
+def test_a_record_page_made_from_the_output_text_fails_the_check(course, monkeypatch):
+    """Mutant: the record page that read the cell's output text (as it once did)."""
+    monkeypatch.setattr(fb, "failure_text", lambda failure, output="", limit=1200: output[-limit:])
+    _write_records(course, RECORDS)
+    fb.feedback(course, LESSON, ["eve"])
+    with pytest.raises(AssertionError):
+        _assert_eve_sees_her_failed_check(course)
+
+
 def test_feedback_without_autograded_notebooks_uses_the_records(course):
     """The grader may keep only its records: every student still gets a page."""
     _write_records(course, RECORDS)
@@ -655,14 +674,7 @@ def test_feedback_without_autograded_notebooks_uses_the_records(course):
         _assert_no_hidden(page.read_text(), hidden)
     ben = (course / f"autograder/work/feedback/ben/{LESSON}/{LESSON}.html").read_text()
     assert "3 / 8 points" in ben and html.escape(NO_SCALE) in ben
-    # a failed check as the student saw it in the notebook, from the record's fields: eve's
-    # SelfAttention cell kept no output text at all, only its failure
-    eve = fb.page_text(
-        (course / f"autograder/work/feedback/eve/{LESSON}/{LESSON}.html").read_text()
-    )
-    assert "✗ SelfAttention: check failed\nLikely mistake: " in eve
-    assert "What differs: output differs\nCase: q (2, 3, 5, 4) (float64 on cpu)" in eve
-    assert " ".join(SA_MISTAKE.split()) in " ".join(eve.split())
+    _assert_eve_sees_her_failed_check(course)
     fay = (course / f"autograder/work/feedback/fay/{LESSON}/{LESSON}.html").read_text()
     assert "timeout: grading took longer than 600 s" in fay
 

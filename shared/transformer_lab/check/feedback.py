@@ -13,7 +13,9 @@ failed; only the lines shown change:
 
 When the student's own code raised, the message shows their frames (notebook cell and line, or
 their file), never the frames of the check machinery or of torch, then the case that triggered
-it. Outside IPython nothing here is used; ``str(err)`` is the same everywhere.
+it. Outside IPython nothing here is used, except :func:`render_failure`, which grading calls
+with the fields a record kept (`transformer_lab.instructor.failures`); ``str(err)`` is the
+same everywhere.
 
 Lines are wrapped at spaces to `WIDTH` characters (JupyterLab's outputs would break them
 mid-word), never inside a word or a `code` span.

@@ -9,27 +9,18 @@ student saw in the notebook: the named mistake, what differs, the case and their
 line, see `transformer_lab.check.feedback`) is kept as it is: it never quotes a test cell.
 """
 
-import re
-
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
+from transformer_lab.check.feedback import is_rendered, strip_ansi
 from transformer_lab.notebook_setup import SETUP_ID
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# The first line of transformer_lab.check.feedback.render (its HEADLINE_MARK), for these errors.
-RENDERED = {"CheckFailed", "ImplementThisYourself"}
-HEADLINE_MARK = "✗ "
+RENDERED = {"CheckFailed", "ImplementThisYourself"}  # the errors a check renders short
 
 
 def _rendered(output) -> bool:
     """True for a failed check's short rendering (no frames, no test-cell source)."""
-    lines = output.get("traceback") or []
-    return (
-        bool(lines)
-        and output.get("ename") in RENDERED
-        and ANSI.sub("", lines[0]).startswith(HEADLINE_MARK)
-    )
+    return output.get("ename") in RENDERED and is_rendered(output.get("traceback") or [])
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -70,5 +61,5 @@ class HideHiddenTests(NbGraderPreprocessor):
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error" and not _rendered(output):
                     message = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
-                    output["traceback"] = [ANSI.sub("", message)]
+                    output["traceback"] = [strip_ansi(message)]
         return cell, resources

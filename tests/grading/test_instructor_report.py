@@ -1,8 +1,9 @@
 """The instructor's report, feedback and release (transformer_lab.instructor.{report,feedback,release}).
 
-- report: synthetic result records (graded, ungradable, flagged, a corrupt file) for lesson 02;
-  exact counts, pass rates (per student, never per cell), the top named mistake, a valid PNG;
-  mutants of the counting must fail the same assertions.
+- report: synthetic result records (graded, ungradable, flagged, a corrupt file) for lesson 02,
+  their failures made from real check failures (`failures.failure_of`); exact counts, pass rates
+  (per student, never per cell), the top named mistake, a valid PNG; mutants of the counting
+  (one re-parses the outputs' text, as the report once did) must fail the same assertions.
 - feedback: real nbgrader grading (nbgrader_app.submit + nbgrader_app.autograde in a temporary copy of the course)
   of a passing, a failing, a crashing and a kernel-killing submission; no page shows hidden-test
   source or traceback lines of the hidden tests; every student gets a page.
@@ -22,15 +23,16 @@ import nbformat
 import pytest
 
 from transformer_lab import check
+from transformer_lab.check import CheckFailed
+from transformer_lab.instructor import failures, nbgrader_app, report
 from transformer_lab.instructor import feedback as fb
-from transformer_lab.instructor import nbgrader_app, report
 from transformer_lab.instructor import records as rec
 from transformer_lab.instructor import release as rel
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
-NO_SCALE = check.EXERCISES["scaled_dot_product_attention"].mistakes[0].sentence
-BY_D_K = check.EXERCISES["scaled_dot_product_attention"].mistakes[1].sentence
+SDPA_MISTAKES = check.EXERCISES["scaled_dot_product_attention"].mistakes
+NO_SCALE, BY_D_K = SDPA_MISTAKES[0].sentence, SDPA_MISTAKES[1].sentence
 SA_MISTAKE = check.EXERCISES["SelfAttention"].mistakes[0].sentence
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -40,13 +42,14 @@ def _course(tmp: Path, lessons=(LESSON,)) -> Path:
     return nbgrader_app.course_copy(REPO, tmp / "course", list(lessons), generate_them=False)
 
 
-def _cell(score, max_score, passed, exercises, output=""):
+def _cell(score, max_score, passed, exercises, output="", failure=None):
     return {
         "score": score,
         "max_score": max_score,
         "passed": passed,
         "exercises": exercises,
         "output": output,
+        "failure": failure,
     }
 
 
@@ -75,6 +78,27 @@ def _failure(sentence: str) -> str:
     )
 
 
+def _check_failed(exercise: str, problem: str, mistake_index: int | None = None) -> dict:
+    """The failure the judge keeps for a check that failed, from a real CheckFailed."""
+    mistake = None if mistake_index is None else check.EXERCISES[exercise].mistakes[mistake_index]
+    err = CheckFailed(
+        exercise=exercise,
+        problem=problem,
+        case="q (2, 3, 5, 4) (float64 on cpu)",
+        mistake=mistake and mistake.sentence,
+        mistake_key=mistake and mistake.key,
+    )
+    return failures.failure_of(err)
+
+
+def _mistaken(exercise: str, index: int, text: str) -> dict:
+    """A cell that failed with the catalogued mistake `index` of `exercise`: output and failure."""
+    return {"output": text, "failure": _check_failed(exercise, "output differs", index)}
+
+
+SDPA_NO_SCALE = _mistaken("scaled_dot_product_attention", 0, _failure(NO_SCALE))
+
+
 SDPA, SA = ["scaled_dot_product_attention"], ["SelfAttention"]
 HOSTILE = "<script>x"
 
@@ -91,7 +115,7 @@ RECORDS = {
         "graded",
         3.0,
         {
-            "sdpa-test": _cell(0, 5, False, SDPA, _failure(NO_SCALE)),
+            "sdpa-test": _cell(0, 5, False, SDPA, **SDPA_NO_SCALE),
             "self-attention-test": _cell(3, 3, True, SA),
         },
     ),
@@ -101,12 +125,12 @@ RECORDS = {
         "graded",
         0.0,
         {
-            "sdpa-test": _cell(0, 5, False, SDPA, _failure(NO_SCALE) + "\n" + _failure(NO_SCALE)),
-            "self-attention-test": _cell(0, 3, False, SA + SDPA, _failure(NO_SCALE)),
+            "sdpa-test": _cell(0, 5, False, SDPA, **SDPA_NO_SCALE),
+            "self-attention-test": _cell(0, 3, False, SA + SDPA, **SDPA_NO_SCALE),
         },
     ),
-    # a shape error (unnamed) and a not-attempted cell whose output quotes an sdpa sentence that
-    # is not in its own exercise's catalogue (must not be counted under sdpa)
+    # a shape error (unnamed) and a not-attempted cell whose output quotes an sdpa sentence (a
+    # print): its failure names no mistake, so it is not counted under sdpa
     "dee": _record(
         "dee",
         "graded",
@@ -117,14 +141,19 @@ RECORDS = {
                 5,
                 False,
                 SDPA,
-                "CheckFailed: scaled_dot_product_attention: weights has shape (2, 3) but should have shape (3, 2)\n  case: ...",
+                "CheckFailed: scaled_dot_product_attention: weights has shape (2, 3) ...",
+                _check_failed(
+                    "scaled_dot_product_attention",
+                    "weights has shape (2, 3) but should have shape (3, 2)",
+                ),
             ),
             "self-attention-test": _cell(
                 0,
                 3,
                 False,
                 SA,
-                f"print: {NO_SCALE}\nTraceback (most recent call last):\nNotImplementedError: ",
+                f"print: {NO_SCALE}\nNotImplementedError: ",
+                failures.failure_named("NotImplementedError", ""),
             ),
         },
         flags=["monkeypatched torch.allclose"],
@@ -135,8 +164,8 @@ RECORDS = {
         "graded",
         0.0,
         {
-            "sdpa-test": _cell(0, 5, False, SDPA, "\x1b[31m" + _failure(BY_D_K) + "\x1b[0m"),
-            "self-attention-test": _cell(0, 3, False, SA, _failure(SA_MISTAKE)),
+            "sdpa-test": _cell(0, 5, False, SDPA, **_mistaken(SDPA[0], 1, _failure(BY_D_K))),
+            "self-attention-test": _cell(0, 3, False, SA, **_mistaken(SA[0], 0, "")),
         },
     ),
     HOSTILE: _record(
@@ -144,7 +173,14 @@ RECORDS = {
         "graded",
         3.0,
         {
-            "sdpa-test": _cell(0, 5, False, SDPA, "ZeroDivisionError: division by zero"),
+            "sdpa-test": _cell(
+                0,
+                5,
+                False,
+                SDPA,
+                "ZeroDivisionError: division by zero",
+                failures.failure_of(ZeroDivisionError("division by zero")),
+            ),
             "self-attention-test": _cell(3, 3, True, SA),
         },
         flags=["called F.scaled_dot_product_attention | refused"],
@@ -201,18 +237,18 @@ def _assert_summary(s: dict) -> None:
     exercises = {e["exercise"]: e for e in s["exercises"]}
     assert exercises["scaled_dot_product_attention"]["passed"] == 1
     assert exercises["SelfAttention"]["pass_rate"] == pytest.approx(0.5)
-    top = s["top_mistakes"][0]
-    assert (top["exercise"], top["sentence"], top["students"]) == (
-        "scaled_dot_product_attention",
-        NO_SCALE,
-        2,
-    )
     named = {(m["exercise"], m["sentence"]): m["students"] for m in s["top_mistakes"]}
     assert named == {
         ("scaled_dot_product_attention", NO_SCALE): 2,
         ("scaled_dot_product_attention", BY_D_K): 1,
         ("SelfAttention", SA_MISTAKE): 1,
     }
+    top = s["top_mistakes"][0]
+    assert (top["exercise"], top["sentence"], top["students"]) == (
+        "scaled_dot_product_attention",
+        NO_SCALE,
+        2,
+    )
     sdpa_top = exercises["scaled_dot_product_attention"]["top_mistakes"]
     assert sdpa_top[0] == {"sentence": NO_SCALE, "students": 2}
     unnamed = {(u["exercise"], u["kind"]): u["students"] for u in s["unnamed_failures"]}
@@ -287,37 +323,40 @@ def test_records_with_wrong_fields_are_problems_not_crashes(course):
 
 
 @pytest.mark.parametrize(
-    ("output", "kind"),
+    ("error", "problem", "kind"),
     [
         (
-            "CheckFailed: f: output has shape (2,) but should have shape (3,)",
+            "CheckFailed",
+            "output has shape (2,) but should have shape (3,)",
             "CheckFailed: wrong shape",
         ),
         (
-            "CheckFailed: f: the gradient with respect to `q` differs in 3 of 4",
+            "CheckFailed",
+            "the gradient with respect to `q` differs in 3 of 4",
             "CheckFailed: wrong gradient",
         ),
-        ("CheckFailed: f: output differs in 3 of 4 entries", "CheckFailed: wrong values"),
+        ("CheckFailed", "output differs in 3 of 4 entries", "CheckFailed: wrong values"),
         (
-            "CheckFailed: f: output has dtype torch.float32 but should have dtype torch.float64",
+            "CheckFailed",
+            "output has dtype torch.float32 but should have dtype torch.float64",
             "CheckFailed: wrong dtype",
         ),
-        (
-            "Traceback (most recent call last):\n  File x\n\x1b[31mValueError\x1b[0m: bad",
-            "ValueError",
-        ),
-        (
-            "ImplementThisYourself: F.scaled_dot_product_attention is what you build",
-            "ImplementThisYourself",
-        ),
-        ("torch.OutOfMemoryError: CUDA out of memory", "OutOfMemoryError"),
-        ("NotImplementedError: ", "NotImplementedError (not attempted)"),
-        ("", "no error message"),
-        ("clean re-check failed: differs", "failed without an exception"),
+        ("ValueError", "bad", "ValueError"),
+        ("ImplementThisYourself", "F.scaled_dot_product_attention", "ImplementThisYourself"),
+        ("OutOfMemoryError", "CUDA out of memory", "OutOfMemoryError"),
+        ("NotImplementedError", "", "NotImplementedError (not attempted)"),
+        ("AssertionError", "", "AssertionError: wrong values"),
     ],
 )
-def test_failure_kind(output, kind):
-    assert report.failure_kind(output) == kind
+def test_failure_kinds_come_from_the_fields(error, problem, kind):
+    assert failures.kind_of(error, problem) == kind
+    assert failures.kind(failures.failure_named(error, problem)) == kind
+
+
+def test_a_crash_and_a_record_without_failures_have_their_own_kinds():
+    err = CheckFailed(exercise="f", problem="your function raised", cause=RuntimeError("x"))
+    assert failures.kind(failures.failure_of(err)) == "CheckFailed: your code raised RuntimeError"
+    assert failures.kind(None) == failures.NOT_RECORDED
 
 
 # Mutants of the counting: each must break _assert_summary.
@@ -329,23 +368,36 @@ def _count_per_cell(records, cells, catalogue, fallback):
     for student, record in records.items():
         if record["status"] != "graded":
             continue
-        for grade_id, cell in record["cells"].items():
-            if cell["passed"]:
+        for cell in record["cells"].values():
+            failure = cell["failure"]
+            if cell["passed"] or not failure:
                 continue
-            exercises = cell["exercises"] or cells.get(grade_id, {}).get("exercises", [])
-            found = report.named_mistakes(cell["output"], exercises, catalogue)
-            for key in found:
-                named[key].append(student)
-            if not found:
-                unnamed[(exercises[0], report.failure_kind(cell["output"]))].append(student)
+            if failure["mistake"]:
+                named[(failure["exercise"], failure["sentence"])].append(student)
+            else:
+                unnamed[(cell["exercises"][0], failure["kind"])].append(student)
     return named, unnamed
 
 
-def _count_any_exercise(records, cells, catalogue, fallback):
-    """Mutant: matches a cell's output against every exercise's catalogue."""
+def _count_from_the_output_text(records, cells, catalogue, fallback):
+    """Mutant: the report that re-parsed text: a named mistake is any catalogued sentence found
+    in a failed cell's output."""
+    named, unnamed = _REAL_COUNT(records, cells, catalogue, fallback)
+    for student, record in records.items():
+        for cell in record["cells"].values():
+            for exercise, sentences in catalogue.items():
+                for sentence in sentences.values():
+                    if not cell["passed"] and sentence in cell["output"]:
+                        named[(exercise, sentence)].add(student)
+    return named, unnamed
+
+
+def _count_without_the_mistake_key(records, cells, catalogue, fallback):
+    """Mutant: failures that lost their mistake key (a judge that drops it)."""
     for record in records.values():
         for cell in record["cells"].values():
-            cell["exercises"] = list(catalogue)
+            if cell["failure"]:
+                cell["failure"]["mistake"] = None
     return _REAL_COUNT(records, cells, catalogue, fallback)
 
 
@@ -361,7 +413,15 @@ def _count_ungradable_too(records, cells, catalogue, fallback):
 _REAL_COUNT = report.count_mistakes
 
 
-@pytest.mark.parametrize("mutant", [_count_per_cell, _count_any_exercise, _count_ungradable_too])
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        _count_per_cell,
+        _count_from_the_output_text,
+        _count_without_the_mistake_key,
+        _count_ungradable_too,
+    ],
+)
 def test_counting_mutants_fail_the_report_test(course, tmp_path, monkeypatch, mutant):
     _write_records(course, RECORDS)
     monkeypatch.setattr(report, "count_mistakes", mutant)
@@ -585,6 +645,25 @@ def test_feedback_replaces_a_leaking_page_by_the_record_page(course, monkeypatch
     assert "showed hidden-test text" in capsys.readouterr().err
 
 
+def _assert_eve_sees_her_failed_check(course: Path) -> None:
+    """A failed check as the student saw it in the notebook, from the record's fields: eve's
+    SelfAttention cell kept no output text at all, only its failure."""
+    page = course / f"autograder/work/feedback/eve/{LESSON}/{LESSON}.html"
+    eve = fb.page_text(page.read_text())
+    assert "✗ SelfAttention: check failed\nLikely mistake: " in eve
+    assert "What differs: output differs\nCase: q (2, 3, 5, 4) (float64 on cpu)" in eve
+    assert " ".join(SA_MISTAKE.split()) in " ".join(eve.split())
+
+
+def test_a_record_page_made_from_the_output_text_fails_the_check(course, monkeypatch):
+    """Mutant: the record page that read the cell's output text (as it once did)."""
+    monkeypatch.setattr(fb, "failure_text", lambda failure, output="", limit=1200: output[-limit:])
+    _write_records(course, RECORDS)
+    fb.feedback(course, LESSON, ["eve"])
+    with pytest.raises(AssertionError):
+        _assert_eve_sees_her_failed_check(course)
+
+
 def test_feedback_without_autograded_notebooks_uses_the_records(course):
     """The grader may keep only its records: every student still gets a page."""
     _write_records(course, RECORDS)
@@ -595,6 +674,7 @@ def test_feedback_without_autograded_notebooks_uses_the_records(course):
         _assert_no_hidden(page.read_text(), hidden)
     ben = (course / f"autograder/work/feedback/ben/{LESSON}/{LESSON}.html").read_text()
     assert "3 / 8 points" in ben and html.escape(NO_SCALE) in ben
+    _assert_eve_sees_her_failed_check(course)
     fay = (course / f"autograder/work/feedback/fay/{LESSON}/{LESSON}.html").read_text()
     assert "timeout: grading took longer than 600 s" in fay
 

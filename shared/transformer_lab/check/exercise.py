@@ -41,9 +41,10 @@ class CheckFailed(AssertionError):
     """The student's code disagrees with the reference. The message says how.
 
     ``exercise`` (its name), ``problem`` (one sentence: what differs), ``case`` (the inputs, e.g.
-    "two heads (float64 on cpu)"), ``mistake`` (the catalogued mistake's sentence, when one matches)
-    and ``cause`` (the student's own exception, when their code raised). Without an explicit
-    `message`, ``str(err)`` is composed from them.
+    "two heads (float64 on cpu)"), ``mistake`` (the catalogued mistake's sentence, when one matches),
+    ``mistake_key`` (its stable key) and ``cause`` (the student's own exception, when their code
+    raised). Grading keeps them as data (`transformer_lab.instructor.failures`). Without an
+    explicit `message`, ``str(err)`` is composed from them.
     """
 
     def __init__(
@@ -54,6 +55,7 @@ class CheckFailed(AssertionError):
         problem: str | None = None,
         case: str | None = None,
         mistake: str | None = None,
+        mistake_key: str | None = None,
         cause: BaseException | None = None,
     ):
         if message is None:
@@ -65,7 +67,7 @@ class CheckFailed(AssertionError):
         super().__init__(message)
         self.message = message
         self.exercise, self.problem, self.case = exercise, problem, case
-        self.mistake, self.cause = mistake, cause
+        self.mistake, self.mistake_key, self.cause = mistake, mistake_key, cause
 
     def __str__(self) -> str:
         return self.message
@@ -114,6 +116,7 @@ def fail(
         problem=problem,
         case=case,
         mistake=mistake.sentence if mistake is not None else None,
+        mistake_key=mistake.key if mistake is not None else None,
         cause=cause,
     ) from None
 

@@ -13,7 +13,9 @@ failed; only the lines shown change:
 
 When the student's own code raised, the message shows their frames (notebook cell and line, or
 their file), never the frames of the check machinery or of torch, then the case that triggered
-it. Outside IPython nothing here is used; ``str(err)`` is the same everywhere.
+it. Outside IPython nothing here is used, except :func:`render_failure`, which grading calls
+with the fields a record kept (`transformer_lab.instructor.failures`); ``str(err)`` is the
+same everywhere.
 
 Lines are wrapped at spaces to `WIDTH` characters (JupyterLab's outputs would break them
 mid-word), never inside a word or a `code` span.
@@ -44,7 +46,6 @@ WIDTH = 88  # longer message lines are wrapped at a space: JupyterLab's outputs 
 INDENT = "  "  # a wrapped line's continuation
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # transformer_lab/
-_NAMED = re.compile(r"(?P<name>[A-Za-z_]\w*): (?P<rest>.*)", re.S)
 
 
 def _hidden_dirs() -> tuple[str, ...]:
@@ -240,27 +241,6 @@ def _labelled(label: str, text: str, style: str, whole: bool = False) -> list[st
     return [first, *lines[1:]]
 
 
-def _parts(err: BaseException) -> tuple[str | None, str, str | None, str | None]:
-    """(exercise, problem, case, mistake) from the attributes, else parsed from the message."""
-    exercise = getattr(err, "exercise", None)
-    problem = getattr(err, "problem", None)
-    case = getattr(err, "case", None)
-    mistake = getattr(err, "mistake", None)
-    if problem is not None:
-        return exercise, str(problem), case, mistake
-    text = str(err)
-    if MISTAKE in text:
-        text, mistake = text.split(MISTAKE, 1)
-        text, mistake = text.rstrip("\n"), mistake.strip()
-    match = re.search(r"\n\s*case: (.*)$", text, re.S)
-    if match:
-        case, text = match.group(1).strip(), text[: match.start()]
-    named = _NAMED.fullmatch(text)
-    if named and exercise is None:
-        exercise, text = named.group("name"), named.group("rest")
-    return exercise, text.strip(), case, mistake
-
-
 def render(err: BaseException) -> list[str]:
     """The lines IPython shows for a failed check (ANSI colours; one string per line)."""
     if getattr(err, "unwritten", False):  # NotWrittenYet (check/exercise.py): one line
@@ -276,16 +256,37 @@ def render(err: BaseException) -> list[str]:
             lines.append(f"{ANSI_BOLD}Called from your code:{ANSI_RESET}")
             lines += _frame_lines(frames)
         return lines
+    problem = getattr(err, "problem", None)
+    cause = cause_of(err)
+    return render_failure(
+        getattr(err, "exercise", None),
+        str(err) if problem is None else str(problem),
+        getattr(err, "case", None),
+        getattr(err, "mistake", None),
+        crash=None if cause is None else f"{type(cause).__name__}: {cause}",
+        crash_lines=_frame_lines(student_frames(cause.__traceback__)) if cause else (),
+    )
 
-    exercise, problem, case, mistake = _parts(err)
+
+def render_failure(
+    exercise: str | None,
+    problem: str,
+    case: str | None = None,
+    mistake: str | None = None,
+    crash: str | None = None,
+    crash_lines=(),
+) -> list[str]:
+    """A failed check's lines from its parts (ANSI colours): the headline, the named mistake,
+    the student's crash ("RuntimeError: ...", with `crash_lines`: where in their code) or what
+    differs, the case. :func:`render` gives a CheckFailed's; grading renders a kept failure
+    (`transformer_lab.instructor.failures`) the same way."""
     title = f"{exercise}: check failed" if exercise else "check failed"
     lines = _labelled(HEADLINE_MARK, title, ANSI_RED, whole=True)
     if mistake:
         lines += _labelled(MISTAKE, mistake, ANSI_BLUE, whole=True)
-    cause = cause_of(err)
-    if cause is not None:
-        lines += _labelled("Your code raised ", f"{type(cause).__name__}: {cause}", ANSI_BOLD)
-        lines += _frame_lines(student_frames(cause.__traceback__))
+    if crash is not None:
+        lines += _labelled("Your code raised ", crash, ANSI_BOLD)
+        lines += list(crash_lines)
         if not problem.startswith("your "):  # "your function raised ..." repeats the above
             lines += _labelled("What happened: ", problem, ANSI_BOLD)
     else:

@@ -42,7 +42,7 @@ from .notebook_format import (
     without_hidden_tests,
 )
 from .records import load_class_records, now
-from .report import ANSI, EXCEPTION_LINE, released_cells
+from .report import released_cells
 
 TAGS = re.compile(r"<[^>]+>")
 BLOCKS = re.compile(r"<(style|script)\b.*?</\1>", re.S | re.I)
@@ -115,20 +115,27 @@ def _page(title: str, body: str) -> str:
     )
 
 
-FRAME = re.compile(r"^\s*(File |Cell In\[|-+>|Traceback \(most recent call last\)|-{10,})")
+def failure_text(failure: dict | None, output: str = "", limit: int = 1200) -> str:
+    """What a failed cell's page says: a failed check as the student saw it in the notebook
+    (`transformer_lab.check.feedback.render_failure`, from the record's fields), another error
+    as its type and message; a record without a failure (graded before they were kept) shows
+    the end of the cell's output."""
+    from transformer_lab.check.feedback import render_failure, strip_ansi
 
-
-def _last_error(output: str, limit: int = 1200) -> str:
-    """What a failed cell's output says in the end: from its last exception line (the check's own
-    message) to the end, else its last few lines; traceback frames are dropped."""
-    lines = [line for line in ANSI.sub("", output).splitlines() if not FRAME.match(line)]
-    for i in range(len(lines) - 1, -1, -1):
-        if EXCEPTION_LINE.match(lines[i]):
-            lines = lines[i:]
-            break
-    else:
-        lines = [line for line in lines if line.strip()][-5:]
-    return "\n".join(lines)[:limit]
+    if failure is None:
+        return "\n".join(strip_ansi(output).strip().splitlines()[-5:])[:limit]
+    if failure.get("problem") is None:
+        return f"{failure['error']}: {failure.get('message') or ''}".strip()[:limit]
+    crash = failure.get("crash")
+    lines = render_failure(
+        failure.get("exercise"),
+        failure["problem"],
+        failure.get("case"),
+        failure.get("sentence"),
+        crash=f"{crash['type']}: {crash.get('message') or ''}" if crash else None,
+        crash_lines=[f"      {crash['line']}"] if crash and crash.get("line") else (),
+    )
+    return strip_ansi("\n".join(lines))[:limit]
 
 
 def _score_table(record: dict) -> str:
@@ -186,7 +193,9 @@ def record_page(student: str, assignment: str, record: dict | None, hidden: list
         return _page(title, body)
     details = []
     for grade_id, cell in record.get("cells", {}).items():
-        message = "" if cell.get("passed") else _last_error(cell.get("output", ""))
+        message = (
+            "" if cell.get("passed") else failure_text(cell.get("failure"), cell.get("output", ""))
+        )
         if message and not leaks(f"<pre>{e(message)}</pre>", hidden):
             details.append(f"<h3>{e(grade_id)}</h3><pre>{e(message)}</pre>")
     return _page(title, banner(record, assignment) + "".join(details))

@@ -23,10 +23,10 @@ from pathlib import Path
 import nbformat
 
 from . import nbgrader_app, sandbox
+from .failures import clean_failure
 from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
 
-DIED = ("DeadKernelError", "Kernel died", "kernel died", "KernelDied")
 MEMORY_MARKS = ("MemoryError", "DefaultCPUAllocator: can't allocate", "std::bad_alloc")
 MARGIN = 20.0  # seconds the job keeps for itself before the parent's wall-clock cap
 
@@ -144,9 +144,10 @@ def autograde(course: Path, spec: dict, settings: Path) -> tuple[int, str]:
     return code, text
 
 
-def failure_reason(code: int | str, log: str, error: Exception) -> str:
-    """Why nbgrader's results cannot be read: as precisely as its log allows."""
-    if any(word in log for word in DIED):
+def failure_reason(code: int | str, log: str, error: Exception, report: dict) -> str:
+    """Why nbgrader's results cannot be read: the judge's report says whether the student's
+    process died; else as precisely as nbgrader's log allows."""
+    if report.get("died"):
         return "the kernel died (the notebook crashed Python: os._exit, a segfault, ...)"
     lines = [ln for ln in log.splitlines() if "rror" in ln][-3:]
     return (
@@ -154,8 +155,10 @@ def failure_reason(code: int | str, log: str, error: Exception) -> str:
     )
 
 
-def graded_record(spec, scores, outputs, notes, flags) -> dict:
-    """The gradebook's scores (nbgrader's, from the judged outputs), capped at each cell's points."""
+def graded_record(spec, scores, outputs, notes, flags, verdicts=None) -> dict:
+    """The gradebook's scores (nbgrader's, from the judged outputs), capped at each cell's points;
+    each failed cell keeps the judge's failure as data (`failures`)."""
+    verdicts = verdicts or {}
     record = {
         "student": spec["student"],
         "assignment": spec["assignment"],
@@ -170,8 +173,13 @@ def graded_record(spec, scores, outputs, notes, flags) -> dict:
             "score": score,
             "passed": score == cell["points"],
             "output": outputs.get(gid, "")[:OUTPUT_CHARS],
+            "failure": None if score == cell["points"] else _failure(verdicts.get(gid)),
         }
     return record
+
+
+def _failure(verdict) -> dict | None:
+    return clean_failure(verdict.get("failure")) if isinstance(verdict, dict) else None
 
 
 def ungradable_record(spec: dict, reason: str, flags: list[str]) -> dict:
@@ -246,10 +254,10 @@ def run_job(spec_path: str) -> None:
     try:
         scores, outputs, notes = read_results(course, spec, report)
     except Exception as error:  # nothing usable: say why, as precisely as the log allows
-        reason = failure_reason(code, log, error)
+        reason = failure_reason(code, log, error, report)
     clock.lap("results")
     if reason is None:
-        record = graded_record(spec, scores, outputs, notes, flags)
+        record = graded_record(spec, scores, outputs, notes, flags, report.get("verdicts"))
     else:
         record = ungradable_record(spec, reason, flags)
     # where the job's time went (informational: benchmarks/bench_grading.py --breakdown)

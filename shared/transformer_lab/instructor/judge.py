@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from .cell_limits import RECHECK, TimeoutBudget, cell_key
+from .failures import failure_named, failure_of
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
 from .sandbox import GRADING_FLAG
 from .verify_child import CELL_TIMED_OUT
@@ -60,8 +61,8 @@ class Cell:
 @dataclasses.dataclass
 class Outcome:
     """What one execution gave: {index: nbformat outputs}, {grade id: verdict} (passed, message,
-    seconds), notes for the record (cells stopped at their limit), flags for the instructor,
-    and why the student's process died, if it did."""
+    failure: `failures`' data, None when passed), notes for the record (cells stopped at their
+    limit), flags for the instructor, and why the student's process died, if it did."""
 
     outputs: dict[int, list[dict]] = dataclasses.field(default_factory=dict)
     cell_seconds: dict[int, float] = dataclasses.field(default_factory=dict)
@@ -243,7 +244,9 @@ class Judge:
             verdict = self._limited_test(session, gid, cell.source)
             if session.dead and not session.test_timed_out:  # it died under the test: as a
                 self.outcome.died = session.dead  # kernel that dies, the notebook's end
-        self.outcome.verdicts[gid] = {"passed": verdict["passed"], "message": verdict["message"]}
+        self.outcome.verdicts[gid] = {
+            key: verdict.get(key) for key in ("passed", "message", "failure")
+        }
         self.outcome.seconds[gid] = round(time.monotonic() - started, 3)
         outputs = [_stream("stdout", verdict["stdout"])] if verdict["stdout"] else []
         if verdict.get("error"):
@@ -293,7 +296,8 @@ def _grading_mode():
 
 def run_test_cell(session: Session, gid: str, src: str) -> dict:
     """One test cell, run here with the real checks; the notebook's names it uses are
-    stand-ins that call into the student's process. {"passed", "message", "stdout", "error"}."""
+    stand-ins that call into the student's process. {"passed", "message", "stdout", "error",
+    "failure"}: the failure as data (`failures`), from the check's own exception."""
     scope = {"__builtins__": builtins, "__name__": "__judge__", "check": CheckFront(session)}
     out = io.StringIO()
     try:
@@ -313,6 +317,7 @@ def run_test_cell(session: Session, gid: str, src: str) -> dict:
             )
         verdict = _failed(type(err).__name__, str(err))
         verdict["stdout"] = out.getvalue()[-MAX_TEXT:]
+        verdict["failure"] = failure_of(err)
         return verdict
 
 
@@ -324,7 +329,8 @@ def _failed(ename: str, evalue: str) -> dict:
         "evalue": evalue[:MAX_TEXT],
         "traceback": [message],
     }
-    return {"passed": False, "message": message, "stdout": "", "error": error}
+    failure = failure_named(ename, evalue)
+    return {"passed": False, "message": message, "stdout": "", "error": error, "failure": failure}
 
 
 def _first_line(text: str) -> str:

@@ -5,8 +5,13 @@ A result record, ``<course>/autograder/work/results/<assignment>/<student>.json`
     {"student", "assignment", "status": "graded" | "ungradable", "reason": str | None,
      "score", "max_score", "flags": [str], "submission_sha256", "seconds", "graded_at",
      "lesson_sha256", "cells": {grade_id: {"score", "max_score", "passed", "exercises": [check
-     names], "output"}}, "submitted_at", "why", "history": [{"score", "max_score", "status",
-     "submitted_at", "graded_at", "why"}]}
+     names], "output", "failure"}}, "submitted_at", "why", "history": [{"score", "max_score",
+     "status", "submitted_at", "graded_at", "why"}]}
+
+A failed cell's ``failure`` is what the judge caught, as data (`failures`: the exception type,
+the exercise, the mistake's key and sentence, what differed, the case, the student's crash);
+None when the cell passed. The report and the feedback read it; ``output`` (the cell's text, as
+nbgrader's notebook has it) is kept for people to read.
 
 ``submitted_at``: when the graded submission was handed in (`timing`); ``why``: why it was graded
 (first submission, new submission, changed lesson, --force); ``history``: the earlier gradings.
@@ -38,6 +43,7 @@ from pathlib import Path
 
 import nbformat
 
+from .failures import clean_failure
 from .notebook_format import graded_cells, released_notebooks
 
 RESULTS = Path("autograder") / "work" / "results"
@@ -170,6 +176,7 @@ def validate_record(raw: object, student: str, assignment: str, cells: dict) -> 
             "passed": bool(cell.get("passed")) and score == points,
             "exercises": cells[gid]["exercises"],
             "output": output[:OUTPUT_CHARS] if isinstance(output, str) else "",
+            "failure": clean_failure(cell.get("failure")),
         }
     flags = raw.get("flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
@@ -252,6 +259,7 @@ def clean_record(record, assignment: str) -> dict:
             "passed": bool(passed) if passed is not None else score >= max_score > 0,
             "exercises": [str(e) for e in exercises],
             "output": str(cell.get("output") or ""),
+            "failure": clean_failure(cell.get("failure")),
         }
     flags = record.get("flags") or []
     if not isinstance(flags, list):

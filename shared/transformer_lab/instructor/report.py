@@ -12,11 +12,13 @@ they call), then writes into ``out_dir``:
 Counting rules (all counts are *students*, never cells or lines of output):
 - pass rate of a graded cell = graded students who passed it / graded students;
 - pass rate of an exercise = graded students who passed every cell calling its check / graded;
-- a *named mistake* is a sentence of the exercise's catalogue
-  (``transformer_lab.check.EXERCISES[name].mistakes[i].sentence``) found in a failed cell's
-  output; a student who makes it in several cells counts once;
-- an *unnamed failure* is a failed cell whose output names no catalogued mistake, grouped by its
-  exception type (a failed check is split into wrong shape, wrong values, wrong gradient, ...).
+- a *named mistake* is the catalogued mistake a failed check matched (the record's failure
+  keeps its key, `failures`; the report shows the catalogue's sentence,
+  ``transformer_lab.check.EXERCISES[name].mistake(key).sentence``); a student who makes it in
+  several cells counts once;
+- an *unnamed failure* is a failed cell whose failure names no catalogued mistake, grouped by its
+  kind (the exception type; a failed check split into wrong shape, wrong values, wrong
+  gradient, ...).
 Ungradable students are counted apart (with their reasons) and left out of the scores and rates.
 Students whose submissions are byte for byte the same (`identical_submissions`) are listed for
 the instructor to look at, never scored differently. A record file that cannot be read is listed under "Problems", never fatal.
@@ -34,16 +36,12 @@ from pathlib import Path
 
 import nbformat
 
-from . import manual, term
+from . import failures, manual, term
 from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
 from .records import load_class_records
 from .submission import submission_sha256
 
 REPORT_FILES = ("report.html", "report.md", "score_distribution.png", "summary.json")
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-EXCEPTION_LINE = re.compile(
-    r"^\s*(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception|Failed|Exit|Interrupt|Yourself))\b"
-)
 TOP_N = 5
 
 
@@ -80,11 +78,11 @@ def released_cells(course: Path, assignment: str, catalogue: dict | None = None)
     return cells
 
 
-def mistake_catalogue(assignment: str | None = None) -> dict[str, list[str]]:
-    """{exercise name: [mistake sentences]} from transformer_lab.check (all lessons)."""
+def mistake_catalogue(assignment: str | None = None) -> dict[str, dict[str, str]]:
+    """{exercise name: {mistake key: sentence}} from transformer_lab.check (all lessons)."""
     from transformer_lab import check
 
-    return {name: [m.sentence for m in ex.mistakes] for name, ex in check.EXERCISES.items()}
+    return {name: {m.key: m.sentence for m in ex.mistakes} for name, ex in check.EXERCISES.items()}
 
 
 def _lesson_exercises(assignment: str) -> list[str]:
@@ -96,52 +94,16 @@ def _lesson_exercises(assignment: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading a failed cell's output.
+# Counting the failures the records keep (`failures`: fields, never a parsed output).
 
 
-def _normalise(text: str) -> str:
-    return " ".join(ANSI.sub("", text).split())
-
-
-def named_mistakes(output: str, exercises: list[str], catalogue: dict) -> list[tuple[str, str]]:
-    """[(exercise, sentence)] of the catalogued mistakes whose sentence is in the output."""
-    text = _normalise(output)
-    found = []
-    for exercise in exercises:
-        for sentence in catalogue.get(exercise, []):
-            if _normalise(sentence) and _normalise(sentence) in text:
-                found.append((exercise, sentence))
-    return found
-
-
-def failure_kind(output: str) -> str:
-    """What kind of failure an output shows: the exception type, a failed check split by cause."""
-    lines = ANSI.sub("", output).splitlines()
-    kind, message = None, ""
-    for line in reversed(lines):  # the last exception line is the one that ended the cell
-        match = EXCEPTION_LINE.match(line)
-        if match:
-            kind, message = match.group(1), line[match.end() :]
-            break
-    if kind is None:
-        return "no error message" if not output.strip() else "failed without an exception"
-    if kind == "NotImplementedError":
-        return "NotImplementedError (not attempted)"
-    if kind in ("CheckFailed", "AssertionError"):
-        text = _normalise(message + " " + " ".join(lines[-5:]))
-        for needle, cause in (
-            ("should be a tensor", "not a tensor"),
-            ("has shape", "wrong shape"),
-            ("has dtype", "wrong dtype"),
-            ("is on device", "wrong device"),
-            ("contains nan", "NaN in the output"),
-            ("contains inf", "inf in the output"),
-            ("gradient", "wrong gradient"),
-        ):
-            if needle in text.lower():
-                return f"{kind}: {cause}"
-        return f"{kind}: wrong values"
-    return kind
+def _mistake(failure: dict, exercise: str, catalogue: dict) -> tuple[str, str] | None:
+    """(exercise, sentence) of the catalogued mistake a failure names; the catalogue's sentence
+    for its key (the one the report shows), else the sentence the failure kept."""
+    if not failure or not failure.get("mistake"):
+        return None
+    sentence = catalogue.get(exercise, {}).get(failure["mistake"]) or failure.get("sentence")
+    return (exercise, sentence) if sentence else None
 
 
 def count_mistakes(records: dict, cells: dict, catalogue: dict, fallback: list[str]):
@@ -149,7 +111,8 @@ def count_mistakes(records: dict, cells: dict, catalogue: dict, fallback: list[s
 
     Returns (named, unnamed): named maps (exercise, sentence) -> set of students, unnamed maps
     (exercise or "-", kind) -> set of students. A student counts once per mistake, however many of
-    their cells show it.
+    their cells show it. A failure's exercise is the check that failed (a cell may call several);
+    a failure that names none (a plain assert, a dead process) counts under the cell's exercise.
     """
     named: dict[tuple[str, str], set[str]] = defaultdict(set)
     unnamed: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -162,12 +125,15 @@ def count_mistakes(records: dict, cells: dict, catalogue: dict, fallback: list[s
             exercises = (
                 cell["exercises"] or cells.get(grade_id, {}).get("exercises") or list(fallback)
             )
-            found = named_mistakes(cell["output"], exercises, catalogue)
-            for key in found:
-                named[key].add(student)
-            if not found:
-                exercise = exercises[0] if len(exercises) == 1 else "-"
-                unnamed[(exercise, failure_kind(cell["output"]))].add(student)
+            failure = cell.get("failure")
+            exercise = (failure or {}).get("exercise") or (
+                exercises[0] if len(exercises) == 1 else "-"
+            )
+            mistake = _mistake(failure, exercise, catalogue)
+            if mistake:
+                named[mistake].add(student)
+            else:
+                unnamed[(exercise, failures.kind(failure))].add(student)
     return named, unnamed
 
 

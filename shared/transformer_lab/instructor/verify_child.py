@@ -99,6 +99,7 @@ class Cells:
         self.budget = TimeoutBudget.from_json(spec.get("budget"))
         self.cell_timeout = spec.get("cell_timeout")
         self.limit = self.cell_timeout
+        self.sources: dict[str, str] = {}  # "<cell 4>" -> its source, for `student_line`
 
     def _alarm(self, signum, frame):
         raise TimeoutError(f"the cell ran longer than {self.limit:g} s")
@@ -119,6 +120,7 @@ class Cells:
                     if self.limit:
                         signal.setitimer(signal.ITIMER_REAL, float(self.limit))
                     try:
+                        self.sources[f"<cell {index + 1}>"] = src
                         exec(compile(src, f"<cell {index + 1}>", "exec"), self.ns)  # noqa: S102
                     finally:
                         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -143,6 +145,17 @@ class Cells:
 
             plt.close("all")
         return errors, outputs
+
+    def student_line(self, error: BaseException) -> str | None:
+        """Where in the student's cells `error` was raised: 'cell 4, line 2: <that line>'."""
+        try:
+            tb = traceback.extract_tb(error.__traceback__)
+            frame = [f for f in tb if f.filename in self.sources][-1]
+            lines = self.sources[frame.filename].splitlines()
+            text = lines[frame.lineno - 1].strip() if 0 < (frame.lineno or 0) <= len(lines) else ""
+            return f"{frame.filename[1:-1]}, line {frame.lineno}: {text}"[:MAX_TEXT]
+        except BaseException:  # noqa: BLE001 - no frame of theirs, or a strange exception
+            return None
 
 
 def _describe(error: BaseException) -> str:
@@ -465,6 +478,7 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
         except BaseException as err:  # noqa: BLE001 - the student's code raised
             try:
                 reply = {"error": f"{err}"[:MAX_TEXT], "error_type": type(err).__name__}
+                reply["line"] = cells.student_line(err)  # kept in the failure's crash
             except BaseException:  # noqa: BLE001
                 reply = {"error": "an error", "error_type": "Error"}
         try:

@@ -204,14 +204,23 @@ class RemoteCall(torch.autograd.Function):
 
 
 def raise_student_error(reply: dict):
+    """The student's exception, rebuilt here; the line of their code that raised it (as their
+    process reported it: text to show, never to judge by) kept as its `student_line`."""
+    error = _student_error(reply)
+    line = reply.get("line")
+    error.student_line = line[:MAX_TEXT] if isinstance(line, str) else None
+    raise error
+
+
+def _student_error(reply: dict) -> BaseException:
     from transformer_lab.check import ImplementThisYourself
 
     name = reply.get("error_type")
     text = str(reply.get("error"))[:MAX_TEXT]
     if name == "NotImplementedError":
-        raise NotImplementedError(text or "your code raised NotImplementedError (not done yet?)")
+        return NotImplementedError(text or "your code raised NotImplementedError (not done yet?)")
     if name == "ImplementThisYourself":
-        raise ImplementThisYourself(text)
+        return ImplementThisYourself(text)
     if not isinstance(name, str) or not name.isidentifier():
         name = "Error"
     builtin = getattr(builtins, name, None)  # ValueError stays a ValueError: checks catch it
@@ -225,8 +234,8 @@ def raise_student_error(reply: dict):
         except Exception:  # e.g. UnicodeDecodeError wants five arguments
             error = None
         if error is not None:
-            raise error
-    raise type(name, (Exception,), {})(text)
+            return error
+    return type(name, (Exception,), {})(text)
 
 
 def remote_function(session: Session, name: str):

@@ -46,13 +46,6 @@ def split_heads_no_transpose(x, n_heads):
     return x.view(B, L, n_heads, d // n_heads)
 
 
-def split_heads_int_division_wrong(x, n_heads):
-    """Computes d_k with true division and rounds: silently accepts d_model not divisible by h."""
-    B, L, d = x.shape
-    dk = round(d / n_heads)
-    return x[..., : n_heads * dk].reshape(B, L, n_heads, dk).transpose(1, 2)
-
-
 def merge_heads_right(x):
     """Correct."""
     B, h, L, dk = x.shape
@@ -178,7 +171,6 @@ WRONG = {
         split_heads_dk_as_heads,
         split_heads_chunk_batch,
         split_heads_no_transpose,
-        split_heads_int_division_wrong,
     ],
     "merge_heads": [
         merge_heads_transpose_2_3,

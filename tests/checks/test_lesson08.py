@@ -734,3 +734,17 @@ def test_training_flops_reference_rejects_bad_input():
     ]:
         with pytest.raises(ValueError, match=match):
             training_flops(model, *args)
+
+
+def test_a_tied_gpt_keeps_its_tie_across_the_judges_wire():
+    """Grading runs the student's training_flops in a child process: the model travels as a
+    pickle whose tensors are sent once each, so wte.weight and lm_head.weight stay one tensor
+    there too (sent twice, the student's count would include the output layer)."""
+    from transformer_lab.gpt import GPT, GPTConfig
+    from transformer_lab.instructor.verify_wire import pack_request, unpack_request
+
+    model = GPT(GPTConfig(vocab_size=10, n_positions=8, d_model=8, n_heads=2, n_layers=1))
+    there = unpack_request(pack_request(((model, 2), {})))[0][0]
+    assert there.lm_head.weight is there.wte.weight
+    assert sum(p.numel() for p in there.parameters()) == model.num_parameters()
+    torch.testing.assert_close(there.wte.weight, model.wte.weight)

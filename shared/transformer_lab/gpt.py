@@ -322,11 +322,12 @@ class GPT(nn.Module):
         generator: torch.Generator | None = None,
         use_cache: bool = True,
         return_logits: bool = False,
+        top_p: float | None = None,
     ):
         """Append `max_new_tokens` sampled tokens to idx (B, L); returns (B, L + max_new_tokens).
 
-        Each step samples from the last position's logits with `sample_next` (temperature 0 or
-        top_k=1: greedy). With use_cache, the prompt runs once to fill a KV cache and each later
+        Each step samples from the last position's logits with `sample_next` (temperature, top_k,
+        top_p; temperature 0 or top_k=1: greedy). With use_cache, the prompt runs once to fill a KV cache and each later
         step feeds only the newest token. Once the context would pass n_positions, the model sees
         only the last n_positions tokens: their positions all shift, so the cached keys no longer
         apply and that step is recomputed from scratch, as without a cache.
@@ -367,7 +368,7 @@ class GPT(nn.Module):
                     logits = self(idx[:, -self.n_positions :], cache=cache)  # (re)compute, cropped
                 next_logits = logits[:, -1, :]  # (B, V)
                 step_logits.append(next_logits)
-                next_id = sample_next(next_logits, temperature, top_k, generator)  # (B,)
+                next_id = sample_next(next_logits, temperature, top_k, generator, top_p=top_p)
                 idx = torch.cat([idx, next_id[:, None].to(idx.dtype)], dim=1)
         finally:
             self.train(was_training)
@@ -492,18 +493,22 @@ def sample_next(
     temperature: float = 1.0,
     top_k: int | None = None,
     generator: torch.Generator | None = None,
+    *,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """Draw one token per row from logits (B, V); returns (B,) ids.
 
     temperature T divides the logits: T < 1 sharpens the distribution, T > 1 flattens it, and
     T = 0 (like top_k=1) means greedy decoding: the argmax. top_k keeps only the k largest
-    logits (ties with the k-th are kept) and renormalises; k above V keeps everything.
+    logits (ties with the k-th are kept) and renormalises; k above V keeps everything. top_p
+    keeps the nucleus: the fewest most likely tokens that hold at least p of the probability
+    (see `next_token_probs`).
     `generator` (a torch.Generator) makes the draw reproducible. The draw happens where the
     generator lives: a CPU generator (``torch.Generator()``, what a notebook usually makes) with
     logits on a GPU draws on the CPU and returns the ids on the logits' device, so one seed gives
     the same tokens on every device.
     """
-    probs = next_token_probs(logits, temperature, top_k)  # checks the arguments
+    probs = next_token_probs(logits, temperature, top_k, top_p)  # checks the arguments
     if temperature == 0 or top_k == 1:
         return probs.argmax(dim=-1)  # greedy: nothing to draw
     probs = probs.to(torch.promote_types(probs.dtype, torch.float32))
@@ -511,6 +516,37 @@ def sample_next(
         draw = torch.multinomial(probs.to(generator.device), num_samples=1, generator=generator)
         return draw.squeeze(-1).to(logits.device)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+# -- the compute of a training run -----------------------------------------------------------
+
+
+def training_flops(model: GPT, batch_size: int, block_size: int, n_steps: int) -> int:
+    """Training FLOPs ≈ 6·N·D (Kaplan et al. 2020): N parameters, D tokens trained on.
+
+    N counts the parameters outside the embeddings (Kaplan et al.'s convention): every parameter
+    of `model` except the token table W_e (`wte`, which is also the tied output layer) and the
+    position table W_p (`wpe`), each counted once. D = batch_size · block_size · n_steps, every
+    token of every window of every step. Per token, each parameter costs one multiply-add (2
+    FLOPs) in the forward pass and two in the backward pass (the gradient of the activations and
+    of the weight): 6 FLOPs. The count leaves out the attention scores (2·n_layers·L·d per token
+    forward) and the output layer's product with W_e (2·d·V), both small for short contexts and
+    wide models.
+    """
+    for name, value in (
+        ("batch_size", batch_size),
+        ("block_size", block_size),
+        ("n_steps", n_steps),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if block_size > model.n_positions:
+        raise ValueError(
+            f"block_size {block_size} is longer than the model's n_positions={model.n_positions}"
+        )
+    n_params = model.num_parameters(exclude_embeddings=True)  # N
+    n_tokens = batch_size * block_size * n_steps  # D
+    return 6 * n_params * n_tokens
 
 
 # -- fine-tuning (GPT-1) ------------------------------------------------------------------------
@@ -586,14 +622,24 @@ def finetune_loss(
 
 
 def next_token_probs(
-    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
 ) -> torch.Tensor:
     """The distribution `sample_next` draws from: logits (B, V) -> probabilities (B, V).
 
-    softmax(logits / T) after keeping only the top_k largest logits of each row (ties with the
-    k-th largest are kept; the others are set to -inf, so they get probability exactly 0 and the
-    kept ones are renormalised). T = 0 or top_k = 1 is greedy decoding: a one-hot row at the
-    argmax. top_k of V or more keeps everything. The result has the logits' dtype.
+    In this order (Hugging Face's): divide by the temperature T, keep the top_k largest logits,
+    keep the top_p nucleus of what is left, softmax. Removed logits are set to -inf, so they get
+    probability exactly 0 and the kept ones are renormalised.
+
+    top_k keeps every logit >= the k-th largest (ties with it are kept); k of V or more keeps
+    everything. top_p (0 < p <= 1; nucleus sampling, Holtzman et al. 2020) keeps the smallest set
+    of most likely tokens whose probability (after temperature and top-k) sums to at least p: a
+    token is kept when the tokens more likely than it hold less than p, so the token whose
+    probability crosses p is kept, and tokens tied with the last one kept are kept too. p = 1
+    keeps everything. T = 0 or top_k = 1 is greedy decoding: a one-hot row at the argmax. The
+    result has the logits' dtype.
     """
     require_ndim("logits", logits, 2, "(B, V)")
     if not logits.is_floating_point():
@@ -604,6 +650,10 @@ def next_token_probs(
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (
+        isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1
+    ):
+        raise ValueError(f"top_p must be None or a number with 0 < top_p <= 1, got {top_p!r}")
     if temperature == 0 or top_k == 1:
         greedy = F.one_hot(logits.argmax(dim=-1), logits.shape[-1])
         return greedy.to(logits.dtype)
@@ -612,4 +662,19 @@ def next_token_probs(
         kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth_largest, float("-inf"))
     work = torch.promote_types(logits.dtype, torch.float32)  # half logits: softmax in float32
+    if top_p is not None and top_p < 1:
+        logits = logits.masked_fill(logits < _nucleus_threshold(logits.to(work), top_p), -math.inf)
     return torch.softmax(logits.to(work), dim=-1).to(logits.dtype)
+
+
+def _nucleus_threshold(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """(B, 1): the smallest logit of each row's top-p nucleus; the logits >= it are kept.
+
+    Sorted from the most likely down, a token belongs to the nucleus when the tokens before it
+    hold less than top_p of the probability (the first token always does).
+    """
+    sorted_logits = logits.sort(dim=-1, descending=True).values  # (B, V)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # the probability of the tokens more likely
+    n_kept = (mass_before < top_p).sum(dim=-1, keepdim=True).clamp(min=1)  # (B, 1)
+    return sorted_logits.gather(-1, n_kept - 1)

@@ -35,7 +35,7 @@ def good_lm_loss(logits, targets):
     return -picked.sum() / counted.sum()
 
 
-def good_probs(logits, temperature=1.0, top_k=None):
+def good_probs(logits, temperature=1.0, top_k=None, top_p=None):
     if temperature == 0 or top_k == 1:
         out = torch.zeros_like(logits)
         out[torch.arange(logits.shape[0]), logits.argmax(-1)] = 1.0
@@ -44,6 +44,14 @@ def good_probs(logits, temperature=1.0, top_k=None):
     if top_k is not None and top_k < z.shape[-1]:
         kth = z.sort(dim=-1, descending=True).values[:, top_k - 1 : top_k]
         z = torch.where(z >= kth, z, torch.full_like(z, -math.inf))
+    if (
+        top_p is not None
+    ):  # Hugging Face's way round: drop the least likely while they hold <= 1 - p
+        ascending, order = torch.softmax(z, dim=-1).sort(dim=-1)
+        dropped = ascending.cumsum(-1) <= 1 - top_p
+        dropped[:, -1] = False
+        smallest_kept = torch.where(dropped, math.inf, z.gather(-1, order)).min(-1, keepdim=True)
+        z = torch.where(z >= smallest_kept.values, z, torch.full_like(z, -math.inf))
     z = z - z.max(dim=-1, keepdim=True).values
     e = z.exp()
     return e / e.sum(dim=-1, keepdim=True)
@@ -80,12 +88,22 @@ class GoodKVCache:
         return torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2)
 
 
+def good_training_flops(model, batch_size, block_size, n_steps):
+    n = sum(
+        p.numel()
+        for name, p in model.named_parameters()
+        if name.split(".")[0] not in ("wte", "wpe")
+    )
+    return 6.0 * n * (batch_size * block_size * n_steps)  # a float is fine
+
+
 GOOD = {
     "shift_targets": good_shift,
     "lm_loss": good_lm_loss,
     "next_token_probs": good_probs,
     "sample_next": good_sample,
     "KVCache": GoodKVCache,
+    "training_flops": good_training_flops,
 }
 
 
@@ -109,6 +127,7 @@ def test_good_implementations_are_saved(tmp_path):
         "def good_lm_loss",
         "def good_probs",
         "class GoodKVCache",
+        "def good_training_flops",
     ):
         assert source_name in saved
 
@@ -119,7 +138,14 @@ def test_good_implementations_are_saved(tmp_path):
 
 CATALOGUE = [
     (name, m.key)
-    for name in ("shift_targets", "lm_loss", "next_token_probs", "sample_next", "KVCache")
+    for name in (
+        "shift_targets",
+        "lm_loss",
+        "next_token_probs",
+        "sample_next",
+        "KVCache",
+        "training_flops",
+    )
     for m in check.EXERCISES[name].mistakes
 ]
 VISIBLE_MISSES: set[tuple[str, str]] = set()  # every catalogued mistake shows in the visible check
@@ -506,6 +532,104 @@ def test_next_token_probs_reference_matches_hugging_face_warpers():
         torch.testing.assert_close(next_token_probs(z, T, k), torch.softmax(scores, -1))
 
 
+def test_top_p_matches_hugging_face_where_the_nucleus_has_no_tie():
+    """The reference's top-p against an independent implementation: transformers' warpers in
+    their own order (temperature, top-k, top-p), then a softmax, on logits without ties."""
+    warpers = pytest.importorskip("transformers.generation.logits_process")
+    from transformer_lab.gpt import next_token_probs
+
+    g = torch.Generator().manual_seed(1)
+    z = 3 * torch.randn(6, 40, generator=g, dtype=torch.float64)
+    settings = [(1.0, None, 0.9), (0.7, None, 0.5), (1.5, 10, 0.8), (2.0, 30, 0.3), (0.5, 5, 0.99)]
+    for T, k, p in settings:
+        scores = warpers.TemperatureLogitsWarper(T)(None, z.clone())
+        if k is not None:
+            scores = warpers.TopKLogitsWarper(k)(None, scores)
+        scores = warpers.TopPLogitsWarper(p)(None, scores)
+        ours = next_token_probs(z, T, k, p)
+        torch.testing.assert_close(ours, torch.softmax(scores, -1))
+        assert ((ours > 0).sum(-1) > 1).any()  # not only one-token nuclei
+
+
+def test_top_p_differs_from_hugging_face_only_on_ties_which_it_keeps():
+    """With tokens tied with the nucleus's last one, Hugging Face keeps one of them (whichever
+    its sort puts first); the course keeps them all, as its top-k does. The mutant that keeps
+    exactly one is Hugging Face's rule, and the visible check names it."""
+    warpers = pytest.importorskip("transformers.generation.logits_process")
+    from transformer_lab.check.lesson08_nucleus import _TIED_NUCLEUS
+    from transformer_lab.gpt import next_token_probs
+
+    z = torch.tensor(_TIED_NUCLEUS, dtype=torch.float64)
+    ours = next_token_probs(z, 1.0, None, 0.5)
+    theirs = torch.softmax(warpers.TopPLogitsWarper(0.5)(None, z.clone()), -1)
+    assert (ours > 0).sum(-1).tolist() == [4, 3]  # 2.0 and its three tied 1.0s; the three 0.5s
+    assert (theirs > 0).sum(-1).tolist() == [2, 2]  # one tied token each
+    mistake = check.EXERCISES["next_token_probs"].mistake("p-ties-dropped")
+    with pytest.raises(check.CheckFailed, match="ties with the nucleus") as info:
+        check.next_token_probs(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_top_p_cases_keep_p_away_from_every_running_total(thorough):
+    """No case may hinge on float rounding: p lies at least 0.005 from the probability held by
+    the tokens before each token (so a student summing another way keeps the same set)."""
+    from transformer_lab.check import lesson08_nucleus
+
+    for case in lesson08_nucleus.top_p_cases(thorough):
+        kw = case.make(torch.Generator().manual_seed(0))
+        if kw["temperature"] == 0 or kw["top_p"] == 1:
+            continue
+        z = kw["logits"] / kw["temperature"]
+        if kw["top_k"] is not None:
+            z = z.masked_fill(~lesson08_nucleus.keep_top_k(z, kw["top_k"]), -math.inf)
+        probs = torch.softmax(z.sort(dim=-1, descending=True).values, dim=-1)
+        mass_before = probs.cumsum(-1) - probs
+        assert (mass_before - kw["top_p"]).abs().min() > 0.005, case.label
+
+
+def test_top_p_keeps_the_crossing_token_and_renormalises():
+    from transformer_lab.gpt import next_token_probs
+
+    z = torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64).log()
+    # 0.5 + 0.3 reach 0.7 and 0.79; 0.81 needs the third token (p exactly 0.8 is left to rounding)
+    assert (next_token_probs(z, top_p=0.7) > 0).tolist() == [[True, True, False, False]]
+    assert (next_token_probs(z, top_p=0.79) > 0).tolist() == [[True, True, False, False]]
+    assert (next_token_probs(z, top_p=0.81) > 0).tolist() == [[True, True, True, False]]
+    torch.testing.assert_close(
+        next_token_probs(z, top_p=0.4), torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    )
+    torch.testing.assert_close(next_token_probs(z, top_p=1.0), next_token_probs(z))
+    kept = next_token_probs(z, top_p=0.81)
+    torch.testing.assert_close(kept[0, :3], torch.tensor([0.5, 0.3, 0.15]).double() / 0.95)
+
+
+def test_top_p_in_half_precision_and_through_generate():
+    from transformer_lab.gpt import GPT, GPTConfig, next_token_probs, sample_next
+
+    z = torch.tensor([[3.0, 2.0, 0.0, -1.0, -4.0]])
+    for dtype in (torch.float16, torch.bfloat16):
+        probs = next_token_probs(z.to(dtype), top_p=0.9)
+        assert probs.dtype == dtype
+        assert (probs > 0).tolist() == (next_token_probs(z, top_p=0.9) > 0).tolist()
+    draws = sample_next(z.expand(2000, -1), generator=torch.Generator().manual_seed(0), top_p=0.7)
+    assert set(draws.tolist()) <= {0, 1}  # 0.71 of the mass: the two largest
+    model = GPT(GPTConfig(vocab_size=11, n_positions=16, d_model=8, n_heads=2, n_layers=1))
+    start = torch.zeros(1, 1, dtype=torch.long)
+    out, logits = model.generate(start, 6, top_p=0.3, return_logits=True)
+    for t in range(6):
+        allowed = next_token_probs(logits[:, t], top_p=0.3)[0] > 0
+        assert allowed[out[0, t + 1]]
+
+
+def test_top_p_reference_rejects_bad_values():
+    from transformer_lab.gpt import next_token_probs
+
+    for bad in (0, 0.0, -0.1, 1.5, True, "0.9", float("nan")):
+        with pytest.raises(ValueError, match="top_p"):
+            next_token_probs(torch.randn(2, 3), top_p=bad)
+
+
 def _probs_top_k_unguarded(logits, temperature=1.0, top_k=None):
     """Breaks only the rule 'k >= V keeps everything': torch.topk raises for k > V."""
     if temperature == 0 or top_k == 1:
@@ -562,3 +686,65 @@ def test_practice_transformers_numbers_are_the_cost_formulas():
 def test_practice_transformers_bad_answers_get_clear_messages(answer, message):
     with pytest.raises(check.CheckFailed, match=message):
         check.practice_transformers(answer)
+
+
+# ---------------------------------------------------------------------------------------------
+# training_flops: 6·N·D, checked against PyTorch's own FLOP counter.
+
+
+def test_six_flops_per_weight_and_token_is_what_pytorch_counts():
+    """torch.utils.flop_counter counts the matrix products of one real training step. Every weight
+    matrix costs exactly 6 FLOPs per token (2 forward, 4 backward): the linear layers' products
+    (mm, addmm) are 6 × their weights × tokens, the tied W_e included as the output layer; the
+    attention scores (bmm, in the explicit model) are the 12·n_layers·L²·d per window that 6·N·D
+    leaves out. N's biases and LayerNorm weights are not matrix products."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from transformer_lab.add_norm import set_explicit
+    from transformer_lab.gpt import GPT, GPTConfig, shift_targets, training_flops
+
+    torch.manual_seed(0)
+    V, L, d, n_layers, B = 37, 16, 24, 2, 4
+    cfg = GPTConfig(vocab_size=V, n_positions=L, d_model=d, n_heads=3, n_layers=n_layers)
+    model = set_explicit(GPT(cfg), True)
+    x = torch.randint(0, V, (B, L))
+    with FlopCounterMode(display=False) as counter:
+        model.loss(x, shift_targets(x)).backward()
+    counts = {str(op).split(".")[-1]: n for op, n in counter.get_flop_counts()["Global"].items()}
+    matrices = sum(
+        p.numel() for name, p in model.named_parameters() if p.ndim == 2 and name != "wpe.weight"
+    )
+    assert counts["mm"] + counts["addmm"] == 6 * matrices * B * L
+    assert counts["bmm"] == 12 * n_layers * L * L * d * B
+    estimate = training_flops(model, B, L, 1)
+    assert estimate == 6 * model.num_parameters(exclude_embeddings=True) * B * L
+    assert 0.7 < estimate / counter.get_total_flops() < 1.0
+
+
+def test_training_flops_reference_rejects_bad_input():
+    from transformer_lab.gpt import GPT, GPTConfig, training_flops
+
+    model = GPT(GPTConfig(vocab_size=10, n_positions=8, d_model=8, n_heads=2, n_layers=1))
+    for args, match in [
+        ((0, 8, 1), "batch_size"),
+        ((2, 8.0, 1), "block_size"),
+        ((2, 8, -3), "n_steps"),
+        ((2, True, 1), "block_size"),
+        ((2, 9, 1), "n_positions=8"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            training_flops(model, *args)
+
+
+def test_a_tied_gpt_keeps_its_tie_across_the_judges_wire():
+    """Grading runs the student's training_flops in a child process: the model travels as a
+    pickle whose tensors are sent once each, so wte.weight and lm_head.weight stay one tensor
+    there too (sent twice, the student's count would include the output layer)."""
+    from transformer_lab.gpt import GPT, GPTConfig
+    from transformer_lab.instructor.verify_wire import pack_request, unpack_request
+
+    model = GPT(GPTConfig(vocab_size=10, n_positions=8, d_model=8, n_heads=2, n_layers=1))
+    there = unpack_request(pack_request(((model, 2), {})))[0][0]
+    assert there.lm_head.weight is there.wte.weight
+    assert sum(p.numel() for p in there.parameters()) == model.num_parameters()
+    torch.testing.assert_close(there.wte.weight, model.wte.weight)

@@ -1,5 +1,5 @@
-"""Checks for lesson 08 — GPT: `shift_targets`, `lm_loss`, `next_token_probs`, `sample_next`
-and `KVCache`.
+"""Checks for lesson 08 — GPT: `shift_targets`, `lm_loss`, `next_token_probs`, `sample_next`,
+`KVCache` and `training_flops`.
 
 - `shift_targets` returns token ids, compared exactly (dtype, shape, every entry);
 - `lm_loss` and `next_token_probs` are differentiable functions: the engine's function driver
@@ -8,22 +8,29 @@ and `KVCache`.
 - `KVCache` is checked step by step (what each `append` returns, what `len` says) and then at
   work inside a GPT: cached logits must equal the full recomputation.
 
-They are declared in three modules, imported in course order: this one (the first three), then
-``lesson08_sampling`` (sample_next) and ``lesson08_kvcache`` (KVCache), whose trials would make
-one module twice the ~600 lines a check module should stay under.
+They are declared in modules imported in name order: this one (the first three; the top-p half
+of `next_token_probs`, its mutants and cases, is in ``lesson08_nucleus``), ``lesson08_kvcache``
+(KVCache), ``lesson08_sampling`` (sample_next) and ``lesson08_training_flops`` (training_flops,
+6·N·D), whose trials would make one module several times the ~600 lines a check module should
+stay under.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-import torch.nn.functional as F
 
 from .. import gpt as _gpt
 from .devices import devices
 from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
 from .exercise import Case, Exercise, Mistake, fail, practice
+from .lesson08_nucleus import (
+    TOP_P_MISTAKES,
+    greedy,
+    keep_nucleus,
+    keep_top_k,
+    probs_with,
+    top_p_cases,
+)
 
 __all__ = ["lm_loss", "next_token_probs", "practice_transformers", "shift_targets"]
 
@@ -360,76 +367,66 @@ lm_loss = Exercise(
 
 
 # ==============================================================================================
-# Exercise 3 — next_token_probs(logits, temperature=1.0, top_k=None): the sampling distribution.
+# Exercise 3 — next_token_probs(logits, temperature=1.0, top_k=None, top_p=None): the sampling
+# distribution. Its top-p rule's mutants and cases are in lesson08_nucleus.
 
 
-def _greedy(logits):
-    return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
-
-
-def _probs_with(logits, temperature, top_k, keep: Callable):
-    """softmax(logits / T) over the positions `keep(logits, k)` says to keep (greedy at T = 0)."""
+def _probs_times_t(logits, temperature=1.0, top_k=None, top_p=None):
     if temperature == 0 or top_k == 1:
-        return _greedy(logits)
-    z = logits / temperature
-    if top_k is not None and top_k < z.shape[-1]:
-        z = z.masked_fill(~keep(z, top_k), float("-inf"))
-    return torch.softmax(z, dim=-1)
+        return greedy(logits)
+    return probs_with(logits * temperature, 1.0, top_k, top_p)
 
 
-def _keep_ties(z, k):
-    return z >= torch.topk(z, k, dim=-1).values[:, -1:]
-
-
-def _probs_times_t(logits, temperature=1.0, top_k=None):
-    if temperature == 0 or top_k == 1:
-        return _greedy(logits)
-    return _probs_with(logits * temperature, 1.0, top_k, _keep_ties)
-
-
-def _probs_k_minus_1(logits, temperature=1.0, top_k=None):
-    return _probs_with(
-        logits, temperature, top_k, lambda z, k: z > torch.topk(z, k, dim=-1).values[:, -1:]
+def _probs_k_minus_1(logits, temperature=1.0, top_k=None, top_p=None):
+    return probs_with(
+        logits, temperature, top_k, top_p, lambda z, k: z > torch.topk(z, k, dim=-1).values[:, -1:]
     )
 
 
-def _probs_k_plus_1(logits, temperature=1.0, top_k=None):
+def _probs_k_plus_1(logits, temperature=1.0, top_k=None, top_p=None):
     def keep(z, k):
         return z >= z.sort(dim=-1, descending=True).values[:, k : k + 1]
 
-    return _probs_with(logits, temperature, top_k, keep)
+    return probs_with(logits, temperature, top_k, top_p, keep)
 
 
-def _probs_exactly_k(logits, temperature=1.0, top_k=None):
+def _probs_exactly_k(logits, temperature=1.0, top_k=None, top_p=None):
     def keep(z, k):
         chosen = torch.zeros_like(z, dtype=torch.bool)
         return chosen.scatter(-1, torch.topk(z, k, dim=-1).indices, True)
 
-    return _probs_with(logits, temperature, top_k, keep)
+    return probs_with(logits, temperature, top_k, top_p, keep)
 
 
-def _probs_softmax_first(logits, temperature=1.0, top_k=None):
+def _probs_softmax_first(logits, temperature=1.0, top_k=None, top_p=None):
     if temperature == 0 or top_k == 1:
-        return _greedy(logits)
-    p = torch.softmax(logits / temperature, dim=-1)
+        return greedy(logits)
+    z = logits / temperature
+    if top_p is not None and top_p < 1:  # the right nucleus (of the top k), renormalised
+        z = z.masked_fill(probs_with(logits, temperature, top_k, top_p) == 0, float("-inf"))
+    p = torch.softmax(z, dim=-1)
     if top_k is not None and top_k < p.shape[-1]:
-        p = p.masked_fill(~_keep_ties(p, top_k), 0.0)
+        p = p.masked_fill(~keep_top_k(p, top_k), 0.0)
     return p
 
 
-def _probs_zero_fill(logits, temperature=1.0, top_k=None):
+def _probs_zero_fill(logits, temperature=1.0, top_k=None, top_p=None):
     if temperature == 0 or top_k == 1:
-        return _greedy(logits)
+        return greedy(logits)
     z = logits / temperature
     if top_k is not None and top_k < z.shape[-1]:
-        z = z.masked_fill(~_keep_ties(z, top_k), 0.0)
+        z = z.masked_fill(~keep_top_k(z, top_k), 0.0)
+    if top_p is not None and top_p < 1:
+        z = z.masked_fill(~keep_nucleus(z, top_p), 0.0)
     return torch.softmax(z, dim=-1)
 
 
-def _probs_no_greedy(logits, temperature=1.0, top_k=None):
+def _probs_no_greedy(logits, temperature=1.0, top_k=None, top_p=None):
     z = logits / temperature
     if top_k is not None and top_k < z.shape[-1]:
-        z = z.masked_fill(~_keep_ties(z, top_k), float("-inf"))
+        z = z.masked_fill(~keep_top_k(z, top_k), float("-inf"))
+    if top_p is not None and top_p < 1:
+        z = z.masked_fill(~keep_nucleus(z, top_p), float("-inf"))
     return torch.softmax(z, dim=-1)
 
 
@@ -479,7 +476,7 @@ def _probs_cases(thorough: bool) -> list[Case]:
             case(3, 30, 1.0, 10),
             case(2, 7, 0.0, 3),
         ]
-    return cases
+    return cases + top_p_cases(thorough)  # top-p's cases follow (lesson08_nucleus)
 
 
 next_token_probs = Exercise(
@@ -535,9 +532,11 @@ next_token_probs = Exercise(
             "one-hot row at the argmax.",
             _probs_no_greedy,
         ),
+        *TOP_P_MISTAKES,
     ],
     driver=FunctionDriver(_probs_cases, outputs=("probs",)),
-    doc="next_token_probs(logits (B, V), temperature=1.0, top_k=None) -> probabilities (B, V)",
+    doc="next_token_probs(logits (B, V), temperature=1.0, top_k=None, top_p=None) -> "
+    "probabilities (B, V)",
 )
 
 

@@ -190,14 +190,22 @@ def _unframe(data) -> tuple[bytes, list]:
 
 
 class _Pickler(pickle.Pickler):
+    """Each tensor travels once, however often the request refers to it, so that the child's copy
+    keeps the sharing (a GPT's output layer *is* its token embedding: weights tied)."""
+
     def __init__(self, file, tensors: list):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.tensors = tensors
+        self.index: dict[
+            int, int
+        ] = {}  # id(tensor) -> its place in `tensors` (which keeps it alive)
 
     def persistent_id(self, obj):
         if isinstance(obj, torch.Tensor):
-            self.tensors.append(obj)
-            return len(self.tensors) - 1
+            if id(obj) not in self.index:
+                self.index[id(obj)] = len(self.tensors)
+                self.tensors.append(obj)
+            return self.index[id(obj)]
         return None
 
 

@@ -9,7 +9,15 @@ import torch
 
 from .. import rnn as _rnn
 from .answers import letters
-from .drivers import Call, CustomDriver, ExactDriver, ModuleDriver, RaisesDriver, Reject
+from .drivers import (
+    Call,
+    CustomDriver,
+    ExactDriver,
+    ModuleDriver,
+    RaisesDriver,
+    Reject,
+    exactly_equal,
+)
 from .exercise import Case, Exercise, Mistake, fail, practice
 
 __all__ = ["RNN", "practice_drop_in", "practice_john", "sequential_steps"]
@@ -196,6 +204,17 @@ def _steps_unknown_kind(kind, n, kernel_size=3):
     return max(1, math.ceil((n - 1) / (kernel_size - 1)))
 
 
+def _steps_float(kind, n, kernel_size=3):
+    """The conv count computed on floats, e.g. -(-(n - 1) // (k - 1)) with (n - 1) / ...: 4.0."""
+    return float(_steps_plain(kind, n, kernel_size))
+
+
+def _whole_number_equal(got, expected) -> bool:
+    """Equal, and a whole number where one is expected: the text asks for an `int` (4.0 is not)."""
+    kinds = (isinstance(got, int) and not isinstance(got, bool), isinstance(expected, int))
+    return kinds[0] == kinds[1] and exactly_equal(got, expected)
+
+
 def _steps_cases(thorough: bool) -> list[Call]:
     grid = [("rnn", 1, 3), ("rnn", 10, 3), ("attention", 10, 3), ("conv", 9, 3), ("conv", 10, 5)]
     grid += [("conv", 1, 3)]  # a single token still needs one step (a stated rule: visible)
@@ -224,7 +243,7 @@ def _unknown_kinds(thorough: bool) -> list[Reject]:
 
 def _check_steps(ex: Exercise, student_fn, thorough: bool):
     """Every (kind, n, kernel_size) exactly, then a ValueError for an unknown kind."""
-    n = ExactDriver(_steps_cases).run(ex, student_fn, thorough)
+    n = ExactDriver(_steps_cases, equal=_whole_number_equal).run(ex, student_fn, thorough)
     n += RaisesDriver(_unknown_kinds, shown=repr).run(ex, student_fn, thorough)
     return n, "every kind, length and kernel size; ValueError for an unknown kind"
 
@@ -266,6 +285,12 @@ sequential_steps = Exercise(
             "conv-zero",
             "a single token still needs one layer: the answer is at least 1.",
             _steps_conv_zero,
+        ),
+        Mistake(
+            "float-steps",
+            "a number of steps is a whole number: return an int (math.ceil, or integer division "
+            "on ints), not a float such as 4.0.",
+            _steps_float,
         ),
         Mistake(
             "unknown-kind",

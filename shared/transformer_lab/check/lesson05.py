@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import add_norm as _add_norm
-from .drivers import ModuleDriver
-from .exercise import Case, Exercise, Mistake
+from .drivers import CustomDriver, ModuleDriver
+from .exercise import Case, Exercise, Mistake, fail
 
 __all__ = ["EncoderBlock", "FeedForward", "LayerNorm"]
 
@@ -62,6 +62,44 @@ class _LayerNormNoSqrt(_add_norm.LayerNorm):
         mean = x.mean(-1, keepdim=True)
         var = x.var(-1, keepdim=True, unbiased=False)
         return self.weight * (x - mean) / (var + self.eps) + self.bias
+
+
+class _LayerNormRandomInit(_add_norm.LayerNorm):
+    """γ and β drawn at random: the outputs match once the check copies weights in."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        with torch.no_grad():
+            self.weight.normal_()
+            self.bias.normal_()
+
+    def forward(self, x):
+        return self.weight * _normalise(x, -1, eps=self.eps) + self.bias
+
+
+_RANDOM_INIT = Mistake(
+    "random-init",
+    "γ and β start at random values: a fresh LayerNorm must be the identity normalisation, "
+    "γ = torch.ones(d_model) and β = torch.zeros(d_model).",
+    _LayerNormRandomInit,
+)
+
+
+def _check_layer_norm(ex: Exercise, student_cls, thorough: bool):
+    """Outputs and gradients with the reference's weights copied in, then the stated start:
+    γ all ones, β all zeros."""
+    n = ModuleDriver(_layer_norm_cases, outputs=("output",)).run(ex, student_cls, thorough)
+    fresh = student_cls(6)
+    weight, bias = dict(fresh.named_parameters())["weight"], dict(fresh.named_parameters())["bias"]
+    if not (torch.all(weight == 1) and torch.all(bias == 0)):
+        fail(
+            ex,
+            f"a fresh LayerNorm(6) starts with weight {weight.detach().flatten().tolist()[:3]}... "
+            f"and bias {bias.detach().flatten().tolist()[:3]}..., expected ones and zeros",
+            "LayerNorm(6), as constructed",
+            _RANDOM_INIT,
+        )
+    return n + 1, "outputs and gradients on every case; γ = 1 and β = 0 at the start"
 
 
 def _layer_norm_cases(thorough: bool) -> list[Case]:
@@ -132,6 +170,7 @@ LayerNorm = Exercise(
             "each position over its d_model features, dim=-1.",
             _LayerNormSequenceAxis,
         ),
+        _RANDOM_INIT,
         Mistake(
             "no-affine",
             "γ and β are not applied: multiply by self.weight and add self.bias after normalising.",
@@ -150,7 +189,7 @@ LayerNorm = Exercise(
             _LayerNormNoSqrt,
         ),
     ],
-    driver=ModuleDriver(_layer_norm_cases, outputs=("output",)),
+    driver=CustomDriver(_check_layer_norm),
     doc="a LayerNorm class: LayerNorm(d_model, eps=1e-5) with `weight`, `bias`; forward(x)",
 )
 

@@ -31,7 +31,8 @@ def good_pe(n_positions, d_model):
 
 
 def good_pe_log(n_positions, d_model):
-    """The exp/log form of the annotated-transformer style, float64."""
+    """The exp/log form of the annotated-transformer style, computed in float64 and returned in
+    the default dtype, as the text asks."""
     position = torch.arange(n_positions, dtype=torch.float64)[:, None]
     div = torch.exp(
         torch.arange(0, d_model, 2, dtype=torch.float64) * -(math.log(10000.0) / d_model)
@@ -39,7 +40,7 @@ def good_pe_log(n_positions, d_model):
     pe = torch.zeros(n_positions, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(position * div)
     pe[:, 1::2] = torch.cos(position * div)[:, : d_model // 2]
-    return pe
+    return pe.to(torch.get_default_dtype())
 
 
 def good_rope(x, positions=None):

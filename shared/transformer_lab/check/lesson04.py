@@ -94,6 +94,19 @@ def _close(a, b) -> bool:
     )
 
 
+def _pe_float64(n_positions, d_model):
+    """The table built in float64 (NumPy's habit) and returned without casting back."""
+    return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d_model)).double()
+
+
+_FLOAT64 = Mistake(
+    "float64-table",
+    "the table is float64: build it in (or cast it back to) torch's default dtype, "
+    "torch.get_default_dtype(), so that it adds to float32 embeddings without promoting them.",
+    _pe_float64,
+)
+
+
 def _check_sinusoidal(ex: Exercise, student_fn, thorough: bool) -> tuple[int, str]:
     """Every table entry at float32's tolerance; the arguments are passed by position."""
     dtype, device = torch.float32, torch.device("cpu")
@@ -116,7 +129,12 @@ def _check_sinusoidal(ex: Exercise, student_fn, thorough: bool) -> tuple[int, st
         if problem:
             mistake = ex.diagnose(lambda impl: impl(*args), got.double(), expected, _close)  # noqa: B023
             fail(ex, problem, case.label, mistake)
-    return len(cases), "every table entry, even and odd d_model, float32 tolerance"
+        if got.dtype != torch.get_default_dtype():
+            problem = (
+                f"the table has dtype {got.dtype}, not the default {torch.get_default_dtype()}"
+            )
+            fail(ex, problem, case.label, _FLOAT64)
+    return len(cases), "every table entry, even and odd d_model, float32 tolerance, default dtype"
 
 
 sinusoidal_positional_encoding = Exercise(
@@ -145,6 +163,7 @@ sinusoidal_positional_encoding = Exercise(
             _pe_k_over_d,
         ),
         Mistake("base-1000", "the base is 1000; the paper uses 10000.", _pe_base_1000),
+        _FLOAT64,
         Mistake(
             "growing-frequencies",
             "your frequencies grow with k: ω_k = 10000^(−2k/d_model) = 1 / 10000^(2k/d_model) "

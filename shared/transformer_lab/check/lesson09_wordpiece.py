@@ -3,8 +3,8 @@ compared exactly with the reference's, word by word (hand-picked words on a toy 
 in the thorough run words on random vocabularies). Other libraries' WordPiece tokenizers are
 switched off too while the student's code runs, when they are already imported.
 
-Lesson 09's checks span three modules, imported in course order: ``lesson09`` (bert_mask_tokens),
-this one and ``lesson09_pooling`` (mean_pool).
+Lesson 09's checks span four modules, imported in name order: ``lesson09`` (bert_mask_tokens),
+``lesson09_bpe`` (learn_bpe, bpe_encode), ``lesson09_pooling`` (mean_pool) and this one.
 """
 
 from __future__ import annotations

@@ -1,0 +1,364 @@
+"""Checks for lesson 09, exercises 3 and 4 — byte-pair encoding: `learn_bpe` (the merges learned
+from {word: count}, in order) and `bpe_encode` (one word cut with those merges), both compared
+exactly with the reference: hand-made corpora and ranks that tell the mistakes apart, and in the
+thorough run random corpora, their learned merges and words seen and unseen.
+
+Lesson 09's checks span four modules, imported in name order: ``lesson09`` (bert_mask_tokens),
+this one, ``lesson09_pooling`` (mean_pool) and ``lesson09_wordpiece`` (wordpiece_tokenize).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from .. import bert as _bert
+from .drivers import Call, ExactDriver
+from .exercise import Exercise, Mistake
+
+__all__ = ["bpe_encode", "learn_bpe"]
+
+_FORBIDDEN = (
+    "transformer_lab.bert.learn_bpe",
+    "transformer_lab.bert.bpe_encode",
+    "transformer_lab.bert_bpe.learn_bpe",
+    "transformer_lab.bert_bpe.bpe_encode",
+)
+
+
+def _merge(symbols, pair, first_only=False):
+    out, i, merged = [], 0, False
+    while i < len(symbols):
+        if (
+            not (first_only and merged)
+            and i + 1 < len(symbols)
+            and (symbols[i], symbols[i + 1]) == tuple(pair)
+        ):
+            out.append(symbols[i] + symbols[i + 1])
+            i, merged = i + 2, True
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+# ==============================================================================================
+# Exercise 3 — learn_bpe(word_counts, n_merges) -> [(a, b), ...]
+
+
+def _learn(
+    word_counts,
+    n_merges,
+    *,
+    weighted=True,
+    across=False,
+    first_only=False,
+    tie="min",
+    recount=True,
+):
+    """The algorithm with switches, each switch one catalogued mistake."""
+    if across:  # the whole corpus as one stream of symbols: pairs span word boundaries
+        stream = [c for word, n in word_counts.items() for _ in range(n) for c in word]
+        words = {0: (stream, 1)}
+    else:
+        words = {w: (list(w), n if weighted else 1) for w, n in word_counts.items()}
+    merges, fixed = [], None
+    while len(merges) < n_merges:
+        counts = Counter()
+        for symbols, n in words.values():
+            for pair in zip(symbols, symbols[1:]):
+                counts[pair] += n
+        if not recount:  # the pairs counted once, at the start, taken in order
+            fixed = fixed if fixed is not None else sorted(counts, key=lambda p: (-counts[p], p))
+            if len(merges) == len(fixed):
+                break
+            best = fixed[len(merges)]
+        elif not counts:
+            break
+        elif tie == "max":
+            best = max(counts, key=lambda p: (counts[p], p))
+        elif tie == "first":
+            best = counts.most_common(1)[0][0]
+        else:
+            best = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(best)
+        words = {k: (_merge(s, best, first_only), n) for k, (s, n) in words.items()}
+    return merges
+
+
+def _learn_no_counts(word_counts, n_merges):
+    return _learn(word_counts, n_merges, weighted=False)
+
+
+def _learn_across_words(word_counts, n_merges):
+    return _learn(word_counts, n_merges, across=True)
+
+
+def _learn_first_only(word_counts, n_merges):
+    return _learn(word_counts, n_merges, first_only=True)
+
+
+def _learn_tie_max(word_counts, n_merges):
+    return _learn(word_counts, n_merges, tie="max")
+
+
+def _learn_tie_first(word_counts, n_merges):
+    return _learn(word_counts, n_merges, tie="first")
+
+
+def _learn_no_recount(word_counts, n_merges):
+    return _learn(word_counts, n_merges, recount=False)
+
+
+# Sennrich et al.'s example corpus, without the end-of-word marker
+SENNRICH = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+
+
+def _random_corpus(seed: int) -> dict[str, int]:
+    """Words over a small alphabet with counts 1..9: many ties, many repeated pairs."""
+    g = torch.Generator().manual_seed(seed)
+    corpus = {}
+    for _ in range(25):
+        n = int(torch.randint(1, 9, (1,), generator=g))
+        word = "".join("abcde"[int(i)] for i in torch.randint(5, (n,), generator=g))
+        corpus[word] = int(torch.randint(1, 10, (1,), generator=g))
+    return corpus
+
+
+def _short(corpus: dict[str, int]) -> str:
+    text = repr(corpus)
+    return text if len(text) <= 120 else f"<{len(corpus)} words>"
+
+
+def _learn_cases(thorough: bool) -> list[Call]:
+    cases = [
+        (SENNRICH, 10),
+        ({"ab": 1, "cd": 3}, 1),  # counts decide: ('c', 'd')
+        ({"ba": 2, "ab": 2}, 1),  # a tie: ('a', 'b') < ('b', 'a')
+        ({"abab": 1, "cd": 1}, 2),  # every occurrence: ('a', 'b') then ('ab', 'ab')
+        ({"ab": 1, "ba": 1}, 2),  # no pair across words: never ('ab', 'b')
+        ({"aaa": 1}, 2),  # left to right: ('a', 'a') then ('aa', 'a')
+        ({"abc": 4, "x": 9}, 5),  # two merges are all there are
+        (SENNRICH, 0),
+    ]
+    if thorough:
+        cases += [(_random_corpus(seed), 15) for seed in (9100, 9101, 9102, 9103)]
+        cases += [({"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}, 10)]  # Hugging Face's
+    return [
+        Call((corpus, n), label=f"learn_bpe({_short(corpus)}, n_merges={n})") for corpus, n in cases
+    ]
+
+
+def _as_pairs(result):
+    """The result as a list of 2-tuples of str, or None when it is not such a sequence."""
+    if isinstance(result, (str, bytes)) or not hasattr(result, "__iter__"):
+        return None
+    pairs = [tuple(p) if isinstance(p, (list, tuple)) else p for p in result]
+    if all(
+        isinstance(p, tuple) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in pairs
+    ):
+        return pairs
+    return None
+
+
+def _same_merges(got, expected) -> bool:
+    return _as_pairs(got) == [tuple(p) for p in expected]
+
+
+def _describe_merges(expected, got) -> str:
+    pairs = _as_pairs(got)
+    if pairs is None:
+        return f"the result should be a list of (str, str) pairs but is {got!r}"
+    for i, (want, have) in enumerate(zip(expected, pairs)):
+        if want != have:
+            return f"merge {i} (counting from 0) should be {want!r} but is {have!r}; expected {expected!r}, got {pairs!r}"
+    return f"expected {len(expected)} merges {expected!r}, got {len(pairs)}: {pairs!r}"
+
+
+learn_bpe = Exercise(
+    name="learn_bpe",
+    lesson="09",
+    module="bert",
+    reference=_bert.learn_bpe,
+    forbidden=_FORBIDDEN,
+    mistakes=[
+        Mistake(
+            "no-counts",
+            "each word's pairs count as often as the word occurs: add the word's count, not 1, "
+            "for every adjacent pair in it.",
+            _learn_no_counts,
+        ),
+        Mistake(
+            "across-words",
+            "pairs are counted inside words only: the last symbol of one word and the first "
+            "of the next are not a pair (keep every word's symbols apart).",
+            _learn_across_words,
+        ),
+        Mistake(
+            "first-occurrence",
+            "a merge replaces EVERY occurrence of the pair in every word (left to right, without "
+            "overlaps), not only the first one.",
+            _learn_first_only,
+        ),
+        Mistake(
+            "tie-largest",
+            "ties go to the SMALLEST pair in Python's order (min over (-count, pair)); you take "
+            "the largest.",
+            _learn_tie_max,
+        ),
+        Mistake(
+            "tie-first-counted",
+            "ties go to the smallest pair in Python's order (min over (-count, pair)), not to the "
+            "pair counted first (Counter.most_common keeps the order pairs were first seen).",
+            _learn_tie_first,
+        ),
+        Mistake(
+            "no-recount",
+            "count the pairs again after every merge, on the merged words: a merge makes new "
+            "pairs (('e', 's') then ('es', 't')) and removes others, so the pairs counted once at "
+            "the start are not the merges.",
+            _learn_no_recount,
+        ),
+    ],
+    driver=ExactDriver(
+        _learn_cases,
+        covered="every corpus, the exact merges in order",
+        equal=_same_merges,
+        describe=_describe_merges,
+    ),
+    doc="learn_bpe(word_counts, n_merges) -> the merges (a, b) learned in order, most frequent pair first, ties to the smallest pair",
+)
+
+
+# ==============================================================================================
+# Exercise 4 — bpe_encode(word, ranks) -> [piece, ...]
+
+
+def _encode(word, ranks, *, pick="lowest", once=False):
+    """The algorithm with switches, each switch one catalogued mistake."""
+    symbols = list(word)
+    while len(symbols) > 1:
+        pairs = list(zip(symbols, symbols[1:]))
+        ranked = [p for p in pairs if p in ranks]
+        if not ranked:
+            break
+        if pick == "frequent":  # the most frequent pair in the word, as when learning
+            counts = Counter(ranked)
+            best = min(counts, key=lambda p: (-counts[p], p))
+        elif pick == "highest":
+            best = max(ranked, key=ranks.__getitem__)
+        elif pick == "leftmost":
+            best = ranked[0]
+        else:
+            best = min(ranked, key=ranks.__getitem__)
+        symbols = _merge(symbols, best)
+        if once:
+            break
+    return symbols
+
+
+def _encode_frequent(word, ranks):
+    return _encode(word, ranks, pick="frequent")
+
+
+def _encode_highest(word, ranks):
+    return _encode(word, ranks, pick="highest")
+
+
+def _encode_leftmost(word, ranks):
+    return _encode(word, ranks, pick="leftmost")
+
+
+def _encode_once(word, ranks):
+    return _encode(word, ranks, once=True)
+
+
+def _encode_joined(word, ranks):
+    return " ".join(_encode(word, ranks))
+
+
+# Ranks a corpus could have learned (every merged symbol made by an earlier merge). The words come
+# in an order where each mistake first fails on a word on which no other mistake gives its pieces:
+# "bca" only the highest rank; "abab" only one merge; "abcbca" the leftmost pair (the highest rank
+# fails there too); "cabc" the most frequent pair.
+_HAND_RANKS = {("b", "c"): 0, ("a", "b"): 1, ("c", "a"): 2, ("ca", "b"): 3, ("ab", "ab"): 4}
+_HAND_WORDS = ("bca", "abab", "abcbca", "cabc", "abcab", "a", "")
+
+
+def _encode_cases(thorough: bool) -> list[Call]:
+    sennrich = _bert.merge_ranks(_learn(SENNRICH, 10))
+    cases = [(w, _HAND_RANKS, "_HAND_RANKS") for w in _HAND_WORDS]
+    cases += [(w, sennrich, "SENNRICH") for w in ("lowest", "newer", "widest", "slow", "xyz")]
+    if thorough:
+        for seed in (9200, 9201, 9202):
+            corpus = _random_corpus(seed)
+            ranks = _bert.merge_ranks(_learn(corpus, 30))
+            unseen = _random_corpus(seed + 50)
+            cases += [(w, ranks, f"merges of corpus {seed}") for w in [*corpus, *unseen]]
+    return [
+        Call(
+            (word, ranks),
+            label=f"bpe_encode({word!r}, ranks) with ranks {ranks if name == '_HAND_RANKS' else name}",
+        )
+        for word, ranks, name in cases
+    ]
+
+
+def _same_pieces(got, expected) -> bool:
+    """Equal pieces (a tuple counts as a list); two strings compare as strings, so that a student's
+    joined string is named by the mistake that joins."""
+    return (list(got) if isinstance(got, tuple) else got) == expected
+
+
+def _describe_pieces(expected, got) -> str:
+    if not isinstance(got, (list, tuple)) or not all(isinstance(p, str) for p in got):
+        return f"the result should be a list of str pieces but is {got!r}"
+    return f"expected {expected!r}, got {list(got)!r}"
+
+
+bpe_encode = Exercise(
+    name="bpe_encode",
+    lesson="09",
+    module="bert",
+    reference=_bert.bpe_encode,
+    forbidden=_FORBIDDEN,
+    mistakes=[
+        Mistake(
+            "most-frequent",
+            "encoding does not count pairs: merge the adjacent pair with the LOWEST RANK (the "
+            "merge learned first), not the pair that occurs most often in the word.",
+            _encode_frequent,
+        ),
+        Mistake(
+            "highest-rank",
+            "the rank is the merge's place in the learned order: merge the pair with the "
+            "LOWEST rank (learned first), not the highest.",
+            _encode_highest,
+        ),
+        Mistake(
+            "leftmost",
+            "do not merge the leftmost pair that has a rank: of all adjacent pairs, merge the "
+            "one with the lowest rank, wherever it is in the word.",
+            _encode_leftmost,
+        ),
+        Mistake(
+            "one-merge",
+            "repeat: after a merge, look at the new adjacent pairs and merge again, until no "
+            "adjacent pair has a rank.",
+            _encode_once,
+        ),
+        Mistake(
+            "joined",
+            "return the list of pieces, not one string of them joined with spaces.",
+            _encode_joined,
+        ),
+    ],
+    driver=ExactDriver(
+        _encode_cases,
+        covered="every word, the exact pieces",
+        equal=_same_pieces,
+        describe=_describe_pieces,
+    ),
+    doc="bpe_encode(word, ranks) -> list of pieces (repeatedly merge the adjacent pair of lowest rank)",
+)

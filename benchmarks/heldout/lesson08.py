@@ -107,14 +107,21 @@ def lm_loss_mean_probability(logits, targets):
     return -torch.log((picked * keep).sum() / keep.sum())
 
 
-def probs_right(logits, temperature=1.0, top_k=None):
-    """Correct."""
+def probs_right(logits, temperature=1.0, top_k=None, top_p=None):
+    """Correct (top_p added by the lead when the exercise gained nucleus sampling: the smallest
+    set of most likely tokens whose mass reaches p, ties with the last kept token kept)."""
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
     z = logits / temperature
     if top_k is not None and top_k < z.shape[-1]:
         kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
         z = z.masked_fill(z < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        p = torch.softmax(z, dim=-1)
+        sorted_p = p.sort(dim=-1, descending=True).values
+        kept = (sorted_p.cumsum(-1) - sorted_p) < top_p
+        smallest = sorted_p.masked_fill(~kept, float("inf")).min(-1, keepdim=True).values
+        z = z.masked_fill(p < smallest, float("-inf"))
     return torch.softmax(z, dim=-1)
 
 

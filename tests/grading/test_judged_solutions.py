@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_lab.instructor.course import assignments
+from transformer_lab_grader.course import assignments
 
 REPO = Path(__file__).resolve().parents[2]
 LESSONS = assignments(REPO)
@@ -20,7 +20,7 @@ def test_the_judge_gives_every_solution_every_test(lesson, tmp_path):
     """Grading's own execution (`judge`: the student's cells in their process, the tests in the
     judge) agrees with nbgrader's in-kernel run (test_pipeline.py) on every lesson's solution. (An untouched
     exercise scoring 0 when judged: tests/grading/test_tamper.py and test_bad_submissions.py.)"""
-    from transformer_lab.instructor.verify import verify
+    from transformer_lab_grader.verify import verify
 
     notebook = REPO / "solutions" / lesson / f"{lesson}.ipynb"
     result = verify(lesson, notebook, tmp_path, course=REPO, timeout=900)

@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import nbgrader_app
-from transformer_lab.instructor.course import assignments
+from transformer_lab_grader import nbgrader_app
+from transformer_lab_grader.course import assignments
 
 REPO = Path(__file__).resolve().parents[2]
 # Every lesson in solutions/ is covered; its points are what its test cells declare.

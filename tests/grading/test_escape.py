@@ -371,7 +371,7 @@ def test_the_judge_in_the_box_cannot_be_traced_by_the_student(harden, tmp_path):
     result = sandbox.run(
         [sys.executable, "-c", JUDGE_AND_STUDENT, harden],
         cwd=tmp_path,
-        env={"PATH": os.environ["PATH"]},
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sandbox.PACKAGE_PARENTS)},
         limits=sandbox.Limits(wall_seconds=60),
         keep=tmp_path,
     )

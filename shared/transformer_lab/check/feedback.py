@@ -32,6 +32,8 @@ import textwrap
 import traceback
 from pathlib import Path
 
+from .. import registry
+
 ANSI_RED = "\x1b[1;31m"
 ANSI_BLUE = "\x1b[1;34m"
 ANSI_GREEN = "\x1b[32m"
@@ -47,9 +49,14 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # transformer_lab/
 _NAMED = re.compile(r"(?P<name>[A-Za-z_]\w*): (?P<rest>.*)", re.S)
 
 
+def _package_dirs() -> list[str]:
+    """This package's folder, and the grader's where it registered (`registry.add_machinery`)."""
+    return [str(_PACKAGE), *registry.MACHINERY_DIRS]
+
+
 def _hidden_dirs() -> tuple[str, ...]:
     """Folders whose frames a student never needs to see: this package, torch, the stdlib."""
-    dirs = [str(_PACKAGE)]
+    dirs = _package_dirs()
     try:
         import torch
 
@@ -73,7 +80,7 @@ def _is_hidden(filename: str) -> bool:
 
 def _in_package(filename: str) -> bool:
     try:
-        return str(Path(filename).resolve()).startswith(str(_PACKAGE) + "/")
+        return str(Path(filename).resolve()).startswith(tuple(d + "/" for d in _package_dirs()))
     except (OSError, ValueError):
         return False
 

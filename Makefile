@@ -74,7 +74,7 @@ format: $(STAMP)
 # Colab badges, links and setup cells first (from pyproject's [project.urls]), then nbgrader.
 exercises: $(STAMP)
 	$(PY) -m transformer_lab.notebook_setup
-	$(PY) -m transformer_lab.cli generate
+	$(PY) -m transformer_lab_grader.cli generate
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/bench_attention.py
@@ -123,7 +123,7 @@ EXCHANGE    ?=
 OUT         ?= grades.csv
 JOBS        ?= 2
 FORCE       ?=
-TL          := HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m transformer_lab.cli
+TL          := HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 $(PY) -m transformer_lab_grader.cli
 
 release: $(STAMP)
 	$(TL) release $(ASSIGNMENT) $(if $(EXCHANGE),--exchange $(EXCHANGE))

@@ -48,7 +48,7 @@ class HideHiddenTests(NbGraderPreprocessor):
 
     def preprocess_cell(self, cell, resources, cell_index):
         if cell.cell_type == "markdown":  # imported here: grading itself never needs it
-            from transformer_lab.instructor.maths_html import markdown_with_mathml
+            from transformer_lab_grader.maths_html import markdown_with_mathml
 
             cell.source = markdown_with_mathml(cell.source)
         if cell.cell_type != "code":

@@ -1,7 +1,7 @@
 """nbgrader configuration for Transformer Lab.
 
 nbgrader reads this file from the current directory (or a folder on JUPYTER_CONFIG_PATH); run
-nbgrader from `autograder/`, or use `python -m transformer_lab.cli`, which does that for you.
+nbgrader from `autograder/`, or use `transformer-lab` (`python -m transformer_lab_grader.cli`), which does that for you.
 
 Layout: the course root is the repository (or $TRANSFORMER_LAB_COURSE_ROOT, used by the tests to
 grade in a temporary copy); `solutions/` is nbgrader's source, `exercises/` its release, and
@@ -63,7 +63,7 @@ c.Execute.interrupt_on_timeout = True
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"(?i)warn"
 
-# A deleted (or metadata-stripped, after `transformer_lab.cli autograde` repairs it) test cell
+# A deleted (or metadata-stripped, after `transformer-lab autograde` repairs it) test cell
 # is put back from the gradebook instead of silently scoring 0.
 c.OverwriteCells.add_missing_cells = True
 

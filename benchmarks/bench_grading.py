@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "shared"))
+sys.path[:0] = [str(REPO / "shared"), str(REPO / "autograder")]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from transformer_lab.instructor import grade, nbgrader_app, sandbox  # noqa: E402
+from transformer_lab_grader import grade, nbgrader_app, sandbox  # noqa: E402
 
 
 def _table(*columns: str) -> None:

@@ -41,7 +41,7 @@ TIMESTAMP = re.compile(
 def _cli(course: Path, *args: str, check: bool = True) -> str:
     env = dict(os.environ, HF_HUB_OFFLINE="1", MPLBACKEND="Agg", OMP_NUM_THREADS="1")
     result = subprocess.run(
-        [sys.executable, "-m", "transformer_lab.cli", "--course-dir", str(course), *args],
+        [sys.executable, "-m", "transformer_lab_grader.cli", "--course-dir", str(course), *args],
         capture_output=True,
         text=True,
         env=env,

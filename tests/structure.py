@@ -1,7 +1,8 @@
-"""The package's structure, read from its imports: import cycles, and private names reached across
-packages. Run by tests/test_structure.py; by hand:
+"""The package's structure, read from its imports: import cycles, private names reached across
+packages, and imports against the one way they go. Run by tests/test_structure.py; by hand:
 
     python tests/structure.py [SRC] [--package transformer_lab]      # SRC defaults to shared/
+    python tests/structure.py autograder --package transformer_lab_grader
 
 Every `.py` file under SRC/PACKAGE is a module, read with `ast` (nothing is imported or run).
 
@@ -12,12 +13,16 @@ Every `.py` file under SRC/PACKAGE is a module, read with `ast` (nothing is impo
   package and one of its own submodules alone (its `__init__` re-exporting the submodule, which
   reads a sibling through the package).
 - **Private reaches.** A private name (`_x`, not `__x__`) of one module may be used by the modules
-  of its own subpackage (`check/`, `instructor/`), never from outside it; each module directly in
-  the top-level package is a unit of its own. Reported: `from B import _x`, and `B._x` where B
+  of its own subpackage (e.g. `check/`), never from outside it; each module directly in
+  the top-level package is a unit of its own, except in a package of `ONE_UNIT` (the grader,
+  which was the subpackage `instructor/`). Reported: `from B import _x`, and `B._x` where B
   is a name bound to a module by an import.
+- **One way.** Imports go one way: the grader (`transformer_lab_grader`) imports the course's
+  package, never the reverse (`ONE_WAY`). Any import of a forbidden package is reported, lazy,
+  under `if TYPE_CHECKING:` or through `importlib.import_module("...")` with a literal name.
 
-Prints one line per problem and a summary, "structure: C cycles, P private reaches"; exits 1 when
-there is a problem.
+Prints one line per problem and a summary, "structure: C cycles, P private reaches, F imports
+against the one way"; exits 1 when there is a problem.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from pathlib import Path
 import networkx as nx
 
 ROOT = Path(__file__).resolve().parents[1]
+# package -> the packages it must never import (they import it)
+ONE_WAY = {"transformer_lab": ("transformer_lab_grader",)}
+# packages whose top-level modules share private names, as a subpackage's do
+ONE_UNIT = ("transformer_lab_grader",)
 
 
 @dataclass
@@ -52,15 +61,20 @@ class Module:
 class Report:
     cycles: list[list[str]] = field(default_factory=list)
     private: list[str] = field(default_factory=list)
+    backward: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.cycles and not self.private
+        return not self.cycles and not self.private and not self.backward
 
     def lines(self) -> list[str]:
         out = [f"cycle: {' -> '.join(cycle)}" for cycle in self.cycles]
         out += [f"private: {reach}" for reach in self.private]
-        out.append(f"structure: {len(self.cycles)} cycles, {len(self.private)} private reaches")
+        out += [f"one way: {reach}" for reach in self.backward]
+        out.append(
+            f"structure: {len(self.cycles)} cycles, {len(self.private)} private reaches, "
+            f"{len(self.backward)} imports against the one way"
+        )
         return out
 
 
@@ -98,7 +112,27 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def check(src: Path, package: str) -> Report:
+def _imported_names(module: Module, node: ast.AST) -> list[str]:
+    """The absolute names of the modules `node` imports: an import statement, or a call
+    `import_module("name")` / `importlib.import_module("name")` with a literal name."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [_absolute(module, node.level, node.module)]
+    if (
+        isinstance(node, ast.Call)
+        and ast.unparse(node.func).split(".")[-1] == "import_module"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        return [node.args[0].value]
+    return []
+
+
+def check(src: Path, package: str, forbid: tuple[str, ...] | None = None) -> Report:
+    """`forbid`: packages `package` must not import (default: ONE_WAY's)."""
+    forbid = ONE_WAY.get(package, ()) if forbid is None else forbid
     modules = find_modules(src, package)
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
@@ -108,7 +142,10 @@ def check(src: Path, package: str) -> Report:
         if (
             _private(name)
             and owner != user.name
-            and (modules[owner].package != user.package or user.package == package)
+            and (
+                modules[owner].package != user.package
+                or (user.package == package and package not in ONE_UNIT)
+            )
         ):
             report.private.append(f"{user.name} {how} {owner}.{name}")
 
@@ -117,6 +154,9 @@ def check(src: Path, package: str) -> Report:
         skipped = _type_checking_only(tree)
         bound = {}  # local name -> the module it is bound to
         for node in ast.walk(tree):
+            for name in _imported_names(module, node):
+                if name.split(".")[0] in forbid:
+                    report.backward.append(f"{module.name} imports {name}")
             if id(node) in skipped:
                 continue
             if isinstance(node, ast.Import):
@@ -152,6 +192,7 @@ def check(src: Path, package: str) -> Report:
         report.cycles.append(members)
     report.cycles.sort()
     report.private = sorted(set(report.private))
+    report.backward = sorted(set(report.backward))
     return report
 
 
@@ -159,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("src", nargs="?", type=Path, default=ROOT / "shared")
     parser.add_argument("--package", default="transformer_lab")
+    parser.add_argument(
+        "--forbid",
+        action="append",
+        help="a package PACKAGE must not import (repeatable; default: ONE_WAY's)",
+    )
     args = parser.parse_args(argv)
-    report = check(args.src, args.package)
+    report = check(args.src, args.package, None if args.forbid is None else tuple(args.forbid))
     print("\n".join(report.lines()))
     return 0 if report.ok else 1
 

@@ -14,7 +14,7 @@ lectures/00_start_here.ipynb). Then, with nothing else edited:
 - the lesson lists of the tests (the course maps) include it;
 - grading (`transformer-lab grade`) gives the solution full marks and the untouched exercise 0.
 
-Every command runs in a child process on the copy (PYTHONPATH = its shared/), as a lesson author
+Every command runs in a child process on the copy (PYTHONPATH = its shared/ and autograder/), as a lesson author
 would run it there. The copy is deleted at the end, lesson 99 with it.
 """
 
@@ -252,7 +252,7 @@ def _course(root: Path):
 def run(root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
-        "PYTHONPATH": str(root / "shared"),
+        "PYTHONPATH": os.pathsep.join([str(root / "shared"), str(root / "autograder")]),
         "TRANSFORMER_LAB_STUDENT_DIR": str(root.parent / "student"),
         "TRANSFORMER_LAB_QUICK": "1",
         "HF_HUB_OFFLINE": "1",
@@ -271,9 +271,11 @@ def run(root: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProce
 def generated(course):
     """`make exercises`, as CONTRIBUTING says: the notebooks' Colab parts, then every lesson."""
     run(course, "-m", "transformer_lab.notebook_setup", str(course))
-    probe = "from pathlib import Path; from transformer_lab.instructor.course import assignments; print(assignments(Path('.')))"
+    probe = "from pathlib import Path; from transformer_lab_grader.course import assignments; print(assignments(Path('.')))"
     assert run(course, "-c", probe).stdout.strip().endswith(f"'13_clip', '{LESSON}']")
-    run(course, "-m", "transformer_lab.cli", "generate", LESSON)  # `generate` alone: every lesson
+    run(
+        course, "-m", "transformer_lab_grader.cli", "generate", LESSON
+    )  # `generate` alone: every lesson
     return course
 
 
@@ -345,7 +347,9 @@ def test_grading_gives_the_solution_full_marks_and_the_untouched_exercise_zero(g
             subs / student / LESSON / f"{LESSON}.ipynb",
         )
     out = tmp_path / "grades.csv"
-    run(generated, "-m", "transformer_lab.cli", "grade", LESSON, str(subs), "--out", str(out))
+    run(
+        generated, "-m", "transformer_lab_grader.cli", "grade", LESSON, str(subs), "--out", str(out)
+    )
     with out.open(newline="") as f:
         scores = {row["student"]: float(row["score"]) for row in csv.DictReader(f)}
     records = generated / "autograder" / "work" / "results" / LESSON

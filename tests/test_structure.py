@@ -1,26 +1,32 @@
-"""tests/structure.py on the package (no import cycle, no private name used across packages), and
-on throwaway packages that have each problem (the checker must report it) or look like one but
+"""tests/structure.py on the two packages (no import cycle, no private name used across packages,
+the course's package never importing the grader), and on throwaway packages that have each problem (the checker must report it) or look like one but
 are allowed (it must not)."""
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 import structure
 
-# Cycles the package has today, each to be removed, not added to: `instructor.grade` imports
+# Cycles the packages have today, each to be removed, not added to: the grader's `grade` imports
 # `cluster` lazily to hand a --scheduler run to it, and `cluster` builds on `grade.Grader`.
-KNOWN_CYCLES = [["transformer_lab.instructor.cluster", "transformer_lab.instructor.grade"]]
+KNOWN_CYCLES = [["transformer_lab_grader.cluster", "transformer_lab_grader.grade"]]
 
 
-def test_the_package_has_no_new_cycle_and_no_private_reach():
-    report = structure.check(structure.ROOT / "shared", "transformer_lab")
-    assert report.private == [], "\n".join(report.lines())
+PACKAGES = [("shared", "transformer_lab"), ("autograder", "transformer_lab_grader")]
+
+
+@pytest.mark.parametrize("src, package", PACKAGES)
+def test_the_package_has_no_new_cycle_and_no_private_reach(src, package):
+    report = structure.check(structure.ROOT / src, package)
+    assert report.private == report.backward == [], "\n".join(report.lines())
     new = [cycle for cycle in report.cycles if cycle not in KNOWN_CYCLES]
     assert new == [], "\n".join(report.lines())
-    gone = [cycle for cycle in KNOWN_CYCLES if cycle not in report.cycles]
+    known = [cycle for cycle in KNOWN_CYCLES if cycle[0].split(".")[0] == package]
+    gone = [cycle for cycle in known if cycle not in report.cycles]
     assert gone == [], f"cycles gone (good): remove them from KNOWN_CYCLES: {gone}"
 
 
@@ -70,16 +76,33 @@ PROBLEMS = {
         {"pkg/a.py": "_x = 1\n", "pkg/b.py": "from pkg.a import _x\n"},
         ["private: pkg.b imports pkg.a._x"],
     ),
+    "the course's package imports the grader, in every way an import is written": (
+        {
+            "pkg/a.py": "import grader.commands\n",
+            "pkg/b.py": "def f():\n    from grader import commands\n",
+            "pkg/c.py": "import importlib\nimportlib.import_module('grader.cli')\n",
+        },
+        [
+            "one way: pkg.a imports grader.commands",
+            "one way: pkg.b imports grader",
+            "one way: pkg.c imports grader.cli",
+        ],
+    ),
 }
+
+
+def _check(src: Path, package: str = "pkg") -> structure.Report:
+    return structure.check(src, package, forbid=("grader",))
 
 
 @pytest.mark.parametrize("case", list(PROBLEMS))
 def test_each_problem_is_reported(tmp_path, case):
     files, expected = PROBLEMS[case]
-    report = structure.check(make_package(tmp_path, files), "pkg")
+    report = _check(make_package(tmp_path, files))
     assert report.lines()[:-1] == expected
     assert not report.ok
-    assert structure.main([str(tmp_path / "src"), "--package", "pkg"]) == 1
+    argv = [str(tmp_path / "src"), "--package", "pkg", "--forbid", "grader"]
+    assert structure.main(argv) == 1
 
 
 ALLOWED = {
@@ -95,14 +118,44 @@ ALLOWED = {
         "pkg/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
         "pkg/b.py": "import pkg.a as a\nprint(a.__name__)\n",
     },
+    "a package whose name starts like the forbidden one": {
+        "pkg/a.py": "import graders\nfrom grader_tools import x\n",
+    },
 }
 
 
 @pytest.mark.parametrize("case", list(ALLOWED))
 def test_what_is_allowed_is_not_reported(tmp_path, case):
-    report = structure.check(make_package(tmp_path, ALLOWED[case]), "pkg")
+    report = _check(make_package(tmp_path, ALLOWED[case]))
     assert report.ok, report.lines()
-    assert structure.main([str(tmp_path / "src"), "--package", "pkg"]) == 0
+    argv = [str(tmp_path / "src"), "--package", "pkg", "--forbid", "grader"]
+    assert structure.main(argv) == 0
+
+
+def test_mutant_course_package_importing_the_grader_is_caught(tmp_path, capsys):
+    """The real package, its CLI handing instructor commands to the grader as it once did."""
+    shutil.copytree(
+        structure.ROOT / "shared" / "transformer_lab",
+        tmp_path / "transformer_lab",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    cli = tmp_path / "transformer_lab" / "cli.py"
+    cli.write_text(
+        cli.read_text() + "\n\ndef grade():\n    from transformer_lab_grader import commands\n"
+    )
+    assert structure.main([str(tmp_path)]) == 1  # ONE_WAY's rule, by default
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:-1] == ["one way: transformer_lab.cli imports transformer_lab_grader"]
+
+
+def test_the_grader_shares_private_names_across_its_modules_as_one_unit(tmp_path):
+    """`ONE_UNIT`: the grader's modules share private helpers (as the subpackage `instructor/` did);
+    the same import in another package is a private reach."""
+    expected = {"transformer_lab_grader": [], "pkg": ["pkg.b imports pkg.a._x"]}
+    for package, private in expected.items():
+        files = {f"{package}/a.py": "_x = 1\n", f"{package}/b.py": "from .a import _x\n"}
+        report = structure.check(make_package(tmp_path / package, files), package)
+        assert report.private == private
 
 
 def test_a_folder_without_the_package_is_a_clear_error(tmp_path):

@@ -32,6 +32,20 @@ GRADING_SETTINGS = {
 }
 
 
+# Folders of code that stands between a check and the student's code (the grader's stand-ins and
+# its student process): their frames count as this package's in a student's traceback
+# (`check.feedback`). The grader adds its own folder (`add_machinery`): transformer_lab never
+# imports the grader.
+MACHINERY_DIRS: list[str] = []
+
+
+def add_machinery(folder: str | os.PathLike) -> None:
+    """Count the frames of the code in `folder` as the package's (hidden from students)."""
+    folder = os.path.realpath(folder)
+    if folder not in MACHINERY_DIRS:
+        MACHINERY_DIRS.append(folder)
+
+
 def grading_mode() -> bool:
     """True under the autograder (nbgrader's config sets TRANSFORMER_LAB_GRADING=1)."""
     return os.environ.get(GRADING_ENV, "") not in ("", "0", "false", "False")

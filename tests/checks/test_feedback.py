@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from contextlib import redirect_stdout
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -149,6 +150,37 @@ def test_mutant_that_keeps_engine_frames_fails(monkeypatch):
     err = _failure(wrong_split_heads)
     with pytest.raises(AssertionError):
         assert_short_mistake(feedback.strip_ansi("\n".join(render_with_traceback(err))))
+
+
+def _frames_between(grader_folder: Path) -> list[str]:
+    """The student's frames of an error raised under a check (a frame of this package) that
+    reached the student's code through a grader's stand-in (a frame in `grader_folder`)."""
+
+    def student():
+        raise ValueError("the student's bug")
+
+    space = {"student": student}
+    in_package = str(feedback._PACKAGE / "a_check.py")
+    exec(compile("def a_check(f):\n    return f()\n", in_package, "exec"), space)
+    in_grader = str(grader_folder / "stand_in.py")
+    exec(compile("def stand_in():\n    return student()\n", in_grader, "exec"), space)
+    with pytest.raises(ValueError) as caught:
+        space["a_check"](space["stand_in"])
+    return [frame.name for frame in feedback.student_frames(caught.value.__traceback__)]
+
+
+def test_the_graders_frames_are_hidden_once_it_registers_its_folder(tmp_path, monkeypatch):
+    """The grader (its own package, which this one never imports) registers its folder with
+    `registry.add_machinery`: its stand-ins never show in a student's traceback. The mutant, a
+    grader that did not register, shows its frame."""
+    from transformer_lab import registry
+
+    monkeypatch.setattr(registry, "MACHINERY_DIRS", [])
+    assert _frames_between(tmp_path) == ["stand_in", "student"]  # the mutant
+    registry.add_machinery(tmp_path)
+    registry.add_machinery(tmp_path)  # once is enough
+    assert registry.MACHINERY_DIRS == [str(tmp_path.resolve())]
+    assert _frames_between(tmp_path) == ["student"]
 
 
 def test_mutant_that_drops_the_cause_fails(monkeypatch):

@@ -741,7 +741,7 @@ def test_a_tied_gpt_keeps_its_tie_across_the_judges_wire():
     pickle whose tensors are sent once each, so wte.weight and lm_head.weight stay one tensor
     there too (sent twice, the student's count would include the output layer)."""
     from transformer_lab.gpt import GPT, GPTConfig
-    from transformer_lab.instructor.verify_wire import pack_request, unpack_request
+    from transformer_lab_grader.verify_wire import pack_request, unpack_request
 
     model = GPT(GPTConfig(vocab_size=10, n_positions=8, d_model=8, n_heads=2, n_layers=1))
     there = unpack_request(pack_request(((model, 2), {})))[0][0]

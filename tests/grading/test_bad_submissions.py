@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import grade, nbgrader_app, sandbox
-from transformer_lab.instructor import records as rec
+from transformer_lab_grader import grade, nbgrader_app, sandbox
+from transformer_lab_grader import records as rec
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
@@ -83,6 +83,7 @@ def _probe_paths(course: Path) -> dict[str, Path]:
         "gradebook": course / "autograder" / "work" / "gradebook.db",
         "results_new": course / "autograder" / "work" / "results" / LESSON / "zz_probe.json",
         "package_new": REPO / "shared" / "transformer_lab" / "_sandbox_probe.py",
+        "grader_new": REPO / "autograder" / "transformer_lab_grader" / "_sandbox_probe.py",
         "course_package_new": course / "student_package" / "_sandbox_probe.py",
         "course_new": course / "exercises" / "_sandbox_probe.txt",
     }

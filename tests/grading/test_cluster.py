@@ -26,8 +26,8 @@ import nbformat
 import pytest
 from distributed import Client
 
-from transformer_lab.instructor import cluster, grade, nbgrader_app, sandbox, submission
-from transformer_lab.instructor import records as rec
+from transformer_lab_grader import cluster, grade, nbgrader_app, sandbox, submission
+from transformer_lab_grader import records as rec
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
@@ -243,7 +243,7 @@ def test_the_command_line_grades_on_the_cluster(dask_cluster, course, submission
         [
             sys.executable,
             "-m",
-            "transformer_lab.cli",
+            "transformer_lab_grader.cli",
             "--course-dir",
             str(here),
             "grade",
@@ -345,7 +345,8 @@ def _unfit_environments(tmp: Path) -> list[dict[str, str]]:
     shutil.copytree(REPO / "shared" / "transformer_lab", stale / "transformer_lab")
     with open(stale / "transformer_lab" / "check" / "__init__.py", "a") as f:
         f.write("\n# an edit the instructor does not have\n")
-    return [{"PYTHONPATH": str(blocked)}, {"PYTHONPATH": str(stale)}]
+    grader = str(REPO / "autograder")  # this checkout's grader, whatever transformer_lab they have
+    return [{"PYTHONPATH": os.pathsep.join([str(path), grader])} for path in (blocked, stale)]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Escape attempts against the grading box (`instructor/sandbox.py`, bubblewrap).
+"""Escape attempts against the grading box (`transformer_lab_grader/sandbox.py`, bubblewrap).
 
 Each attack is a small program run as a grading job runs (`sandbox.run`, the course read-only, the
 hidden folders, the job's own folder) that tries one way out. The harness judges from outside,
@@ -32,7 +32,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab.instructor import grade, sandbox
+from transformer_lab_grader import grade, sandbox
 
 pytestmark = pytest.mark.skipif(
     sandbox.box_unavailable() is not None,
@@ -339,7 +339,7 @@ JUDGE_AND_STUDENT = r"""
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 if sys.argv[1] == "harden":
-    from transformer_lab.instructor.job import not_traceable
+    from transformer_lab_grader.job import not_traceable
     not_traceable()
 judge = os.getpid()
 child = os.fork()
@@ -371,7 +371,7 @@ def test_the_judge_in_the_box_cannot_be_traced_by_the_student(harden, tmp_path):
     result = sandbox.run(
         [sys.executable, "-c", JUDGE_AND_STUDENT, harden],
         cwd=tmp_path,
-        env={"PATH": os.environ["PATH"]},
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sandbox.PACKAGE_PARENTS)},
         limits=sandbox.Limits(wall_seconds=60),
         keep=tmp_path,
     )
@@ -385,7 +385,7 @@ def test_the_judge_in_the_box_cannot_be_traced_by_the_student(harden, tmp_path):
 def test_not_traceable_sets_the_flag():
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        from transformer_lab.instructor.job import not_traceable
+        from transformer_lab_grader.job import not_traceable
 
         not_traceable()
         os._exit(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE

@@ -17,8 +17,8 @@ import time
 import pytest
 
 from transformer_lab import check
-from transformer_lab.instructor import failures, feedback, job, judge
-from transformer_lab.instructor import records as rec
+from transformer_lab_grader import failures, feedback, job, judge
+from transformer_lab_grader import records as rec
 
 SDPA = "scaled_dot_product_attention"
 TEST = f"check.{SDPA}({SDPA})"

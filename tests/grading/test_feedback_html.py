@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import feedback as fb
-from transformer_lab.instructor import nbgrader_app as app
+from transformer_lab_grader import feedback as fb
+from transformer_lab_grader import nbgrader_app as app
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "03_multihead_attention"

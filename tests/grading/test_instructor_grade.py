@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import (
+from transformer_lab_grader import (
     collect,
     export,
     grade,
@@ -32,8 +32,8 @@ from transformer_lab.instructor import (
     sandbox,
     submission,
 )
-from transformer_lab.instructor import records as rec
-from transformer_lab.instructor.course import PACKAGE_REPO, course_root
+from transformer_lab_grader import records as rec
+from transformer_lab_grader.course import PACKAGE_REPO, course_root
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = "99_tiny"
@@ -642,7 +642,7 @@ def test_a_run_killed_half_way_resumes(tiny_course, tmp_path):
     subs = _submissions(tmp_path / "subs", tiny_course, {n: ANSWERS["amy"] for n in names})
     out = tmp_path / "grades.csv"
     code = (
-        "import sys; from pathlib import Path; from transformer_lab.instructor.grade import grade; "
+        "import sys; from pathlib import Path; from transformer_lab_grader.grade import grade; "
         f"grade(Path({str(course)!r}), {TINY!r}, Path({str(subs)!r}), out=Path({str(out)!r}), jobs=1)"
     )
     proc = subprocess.Popen(
@@ -693,7 +693,7 @@ def test_an_lms_zip_is_collected_and_graded_via_the_cli(tiny_course, tmp_path):
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run(
-        [sys.executable, "-m", "transformer_lab.cli", *argv],
+        [sys.executable, "-m", "transformer_lab_grader.cli", *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -768,7 +768,7 @@ def test_a_command_names_its_course_first_and_works_on_it(tmp_path):
     inside.mkdir()
     out = tmp_path / "grades.csv"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    command = [sys.executable, "-m", "transformer_lab.cli", "export", "--out", str(out)]
+    command = [sys.executable, "-m", "transformer_lab_grader.cli", "export", "--out", str(out)]
     result = subprocess.run(command, cwd=inside, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == f"course: {course}"

@@ -1,4 +1,4 @@
-"""The instructor's report, feedback and release (transformer_lab.instructor.{report,feedback,release}).
+"""The instructor's report, feedback and release (transformer_lab_grader.{report,feedback,release}).
 
 - report: synthetic result records (graded, ungradable, flagged, a corrupt file) for lesson 02,
   their failures made from real check failures (`failures.failure_of`); exact counts, pass rates
@@ -24,10 +24,10 @@ import pytest
 
 from transformer_lab import check
 from transformer_lab.check import CheckFailed
-from transformer_lab.instructor import failures, nbgrader_app, report
-from transformer_lab.instructor import feedback as fb
-from transformer_lab.instructor import records as rec
-from transformer_lab.instructor import release as rel
+from transformer_lab_grader import failures, nbgrader_app, report
+from transformer_lab_grader import feedback as fb
+from transformer_lab_grader import records as rec
+from transformer_lab_grader import release as rel
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
@@ -682,7 +682,7 @@ def test_feedback_without_autograded_notebooks_uses_the_records(course):
 @pytest.mark.slow
 def test_grade_then_feedback_and_report_end_to_end(tmp_path):
     """With the grading core (instructor.grade): real records, real check output, real mistakes."""
-    grade = pytest.importorskip("transformer_lab.instructor.grade")
+    grade = pytest.importorskip("transformer_lab_grader.grade")
     course = _course(tmp_path)
     subs = tmp_path / "subs"
     (subs / "passing" / LESSON).mkdir(parents=True)

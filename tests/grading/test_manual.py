@@ -21,9 +21,9 @@ import pytest
 from test_instructor_grade import NAME, TINY, _submissions, copy_of, tiny_course  # noqa: F401
 
 from transformer_lab import cli
-from transformer_lab.instructor import commands, feedback, manual, nbgrader_app
-from transformer_lab.instructor import records as rec
-from transformer_lab.instructor.notebook_format import graded_cells, released_notebooks
+from transformer_lab_grader import commands, feedback, manual, nbgrader_app
+from transformer_lab_grader import records as rec
+from transformer_lab_grader.notebook_format import graded_cells, released_notebooks
 
 WHY = "why-answer"
 WRITTEN = {  # an nbgrader "manually graded answer" cell: solution and grade, not locked

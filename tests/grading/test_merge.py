@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from transformer_lab.instructor import nbgrader_app
-from transformer_lab.instructor.notebook_format import graded_cells, released_notebooks
+from transformer_lab_grader import nbgrader_app
+from transformer_lab_grader.notebook_format import graded_cells, released_notebooks
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"

@@ -24,10 +24,10 @@ import torch
 
 from transformer_lab import attention, check, multihead
 from transformer_lab.check import Exercise
-from transformer_lab.instructor import report, verify_child, verify_session
-from transformer_lab.instructor import verify as V
-from transformer_lab.instructor.verify_earlier import course_parts, in_place, note, stand_in
-from transformer_lab.instructor.verify_guard import Guard, capture
+from transformer_lab_grader import report, verify_child, verify_session
+from transformer_lab_grader import verify as V
+from transformer_lab_grader.verify_earlier import course_parts, in_place, note, stand_in
+from transformer_lab_grader.verify_guard import Guard, capture
 
 ROOT = Path(__file__).resolve().parents[2]
 L02 = "02_qkv_attention"
@@ -223,10 +223,10 @@ def _mistakes(result: dict) -> list[tuple[str, str]]:
 def _mutant_child(monkeypatch) -> None:
     """The grader without the substitution: its student's process has no course parts."""
     mutant = verify_session.CHILD_MAIN.replace(
-        "from transformer_lab.instructor.verify_child import child_main; ",
-        "from transformer_lab.instructor import verify_child; "
+        "from transformer_lab_grader.verify_child import child_main; ",
+        "from transformer_lab_grader import verify_child; "
         "verify_child.course_parts = lambda exercises: {}; "
-        "from transformer_lab.instructor.verify_child import child_main; ",
+        "from transformer_lab_grader.verify_child import child_main; ",
     )
     assert mutant != verify_session.CHILD_MAIN
     assert hasattr(verify_child, "course_parts")

@@ -16,8 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import feedback, grade, nbgrader_app
-from transformer_lab.instructor.course import assignments
+from transformer_lab_grader import feedback, grade, nbgrader_app
+from transformer_lab_grader.course import assignments
 
 REPO = Path(__file__).resolve().parents[2]
 # Every lesson in solutions/ is covered; its points are what its test cells declare.

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from test_instructor_grade import NAME, TINY, copy_of, tiny_course  # noqa: F401
 
-from transformer_lab.instructor import cell_limits, collect, commands, grade, timing
-from transformer_lab.instructor import records as rec
+from transformer_lab_grader import cell_limits, collect, commands, grade, timing
+from transformer_lab_grader import records as rec
 
 MONDAY = datetime.datetime(2026, 11, 16, 9, 0, tzinfo=datetime.timezone.utc)
 FRIDAY = datetime.datetime(2026, 11, 20, 17, 0, tzinfo=datetime.timezone.utc)

@@ -16,8 +16,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor import verify as V
-from transformer_lab.instructor.notebook_format import check_calls
+from transformer_lab_grader import verify as V
+from transformer_lab_grader.notebook_format import check_calls
 
 pytestmark = pytest.mark.slow
 
@@ -587,7 +587,7 @@ DEMOS = ("lookup", "variance", "saturate", "widget", "heatmap", "layer-demo", "p
 
 def test_grade_run_gives_hostile_students_nothing_and_flags_them(tmp_path):
 
-    from transformer_lab.instructor import grade, nbgrader_app, sandbox
+    from transformer_lab_grader import grade, nbgrader_app, sandbox
 
     course = nbgrader_app.course_copy(ROOT, tmp_path / "course", [L02])
 

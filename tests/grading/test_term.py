@@ -23,7 +23,8 @@ from test_instructor_grade import NAME, TINY, _student_nb, _zip, copy_of, tiny_c
 from test_manual import add_written_answer
 from test_resubmission import grade_without_a_sandbox
 
-from transformer_lab.instructor import (
+from transformer_lab.notebook_setup import SETUP_ID
+from transformer_lab_grader import (
     collect,
     commands,
     export,
@@ -33,10 +34,9 @@ from transformer_lab.instructor import (
     maths_html,
     nbgrader_app,
 )
-from transformer_lab.instructor import records as rec
-from transformer_lab.instructor.course import exchange_root
-from transformer_lab.instructor.submission import submission_sha256
-from transformer_lab.notebook_setup import SETUP_ID
+from transformer_lab_grader import records as rec
+from transformer_lab_grader.course import exchange_root
+from transformer_lab_grader.submission import submission_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
@@ -138,7 +138,7 @@ def _cli(course: Path, *args: str, cwd: Path | None = None) -> subprocess.Comple
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(
-        [sys.executable, "-m", "transformer_lab.cli", "--course-dir", str(course), *args],
+        [sys.executable, "-m", "transformer_lab_grader.cli", "--course-dir", str(course), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -511,7 +511,7 @@ def test_a_wide_export_without_the_lms_identities_fails_the_check(course, tmp_pa
 
 
 def _class_with_copies(course: Path, tmp_path: Path) -> dict:
-    from transformer_lab.instructor.report import build_report
+    from transformer_lab_grader.report import build_report
 
     untouched = submission_sha256(course / "exercises" / TINY)
     for student, score, sha in [
@@ -535,7 +535,7 @@ def test_identical_submissions_are_listed_and_scored_as_they_are(course, tmp_pat
 
 def test_counting_the_untouched_release_as_copies_fails_the_check(course, tmp_path, monkeypatch):
     """Mutant: every blank submission listed as a copy of the others."""
-    from transformer_lab.instructor import report
+    from transformer_lab_grader import report
 
     real = report.identical_submissions
     monkeypatch.setattr(
@@ -547,7 +547,7 @@ def test_counting_the_untouched_release_as_copies_fails_the_check(course, tmp_pa
 def test_release_and_collect_use_the_configured_exchange(course, monkeypatch, tmp_path):
     monkeypatch.setenv("TRANSFORMER_LAB_EXCHANGE", str(tmp_path / "hub"))
     handed = []
-    import transformer_lab.instructor.release as release_module
+    import transformer_lab_grader.release as release_module
 
     monkeypatch.setattr(release_module, "release", lambda c, a, exchange: handed.append(exchange))
     assert commands.release(course, TINY, "exchange") == 0

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_instructor_grade import TINY, copy_of, tiny_course  # noqa: F401
 
-from transformer_lab.instructor import commands, export, term
-from transformer_lab.instructor import records as rec
+from transformer_lab_grader import commands, export, term
+from transformer_lab_grader import records as rec
 
 TOML = f"""
 [due]

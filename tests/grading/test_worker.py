@@ -1,8 +1,8 @@
-"""The pre-imported grading worker (`instructor/worker.py`), which forks every grading job: a job
+"""The pre-imported grading worker (`transformer_lab_grader/worker.py`), which forks every grading job: a job
 forked from it pays no imports and never reaches the worker; it is never boxed (the job is trusted
 code; the student's process that its judge starts is boxed, `judge`).
 
-One real worker (`python -m transformer_lab.instructor.worker`) serves most tests; the mutants
+One real worker (`python -m transformer_lab_grader.worker`) serves most tests; the mutants
 (a child that skips the namespaces, keeps the control socket, keeps the worker's environment)
 run in a worker forked from this test process with the mutation patched in, and must fail the
 same checks. The whole pipeline (a tiny course, nbgrader, records) runs with the worker, with it
@@ -24,8 +24,8 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab.instructor import grade, job, sandbox, worker
-from transformer_lab.instructor.course import PACKAGE_REPO
+from transformer_lab_grader import grade, job, sandbox, worker
+from transformer_lab_grader.course import PACKAGE_REPO
 
 needs_namespaces = pytest.mark.skipif(
     sandbox.box_unavailable() is not None,

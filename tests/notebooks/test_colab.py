@@ -311,11 +311,12 @@ def _build_wheel(source: Path, wheels: Path, edit=lambda pyproject: pyproject) -
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     (source / "pyproject.toml").write_text(edit(pyproject), encoding="utf-8")
     shutil.copy(ROOT / "README.md", source / "README.md")
-    shutil.copytree(
-        ROOT / "shared",
-        source / "shared",
-        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
-    )
+    for folder in ("shared", "autograder/transformer_lab_grader"):  # the two packages
+        shutil.copytree(
+            ROOT / folder,
+            source / folder,
+            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"),
+        )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
          "-w", str(wheels), str(source)],

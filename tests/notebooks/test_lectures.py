@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab.instructor.course import assignments
+from transformer_lab_grader.course import assignments
 
 ROOT = Path(__file__).resolve().parents[2]
 LECTURES = ROOT / "lectures"

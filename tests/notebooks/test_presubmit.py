@@ -362,7 +362,7 @@ def test_presubmit_needs_nothing_of_the_grader():
         node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
     ] + [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
     assert not [m for m in imported if "instructor" in m], imported
-    from transformer_lab.instructor import cell_limits, judge, sandbox
+    from transformer_lab_grader import cell_limits, judge, sandbox
 
     assert (ps.GRADER_FLOOR, ps.GRADER_FACTOR) == (cell_limits.FLOOR, cell_limits.FACTOR)
     assert ps.TIMEOUT_ENAME == judge.TIMEOUT_ENAME

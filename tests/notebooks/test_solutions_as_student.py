@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from transformer_lab import check
-from transformer_lab.instructor.course import assignments
+from transformer_lab_grader.course import assignments
 
 REPO = Path(__file__).resolve().parents[2]
 LESSONS = assignments(REPO)

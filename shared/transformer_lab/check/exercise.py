@@ -43,7 +43,7 @@ class CheckFailed(AssertionError):
     ``exercise`` (its name), ``problem`` (one sentence: what differs), ``case`` (the inputs, e.g.
     "two heads (float64 on cpu)"), ``mistake`` (the catalogued mistake's sentence, when one matches),
     ``mistake_key`` (its stable key) and ``cause`` (the student's own exception, when their code
-    raised). Grading keeps them as data (`transformer_lab.instructor.failures`). Without an
+    raised). Grading keeps them as data (`transformer_lab_grader.failures`). Without an
     explicit `message`, ``str(err)`` is composed from them.
     """
 

@@ -14,7 +14,7 @@ failed; only the lines shown change:
 When the student's own code raised, the message shows their frames (notebook cell and line, or
 their file), never the frames of the check machinery or of torch, then the case that triggered
 it. Outside IPython nothing here is used, except :func:`render_failure`, which grading calls
-with the fields a record kept (`transformer_lab.instructor.failures`); ``str(err)`` is the
+with the fields a record kept (`transformer_lab_grader.failures`); ``str(err)`` is the
 same everywhere.
 
 Lines are wrapped at spaces to `WIDTH` characters (JupyterLab's outputs would break them
@@ -34,6 +34,8 @@ import textwrap
 import traceback
 from pathlib import Path
 
+from .. import registry
+
 ANSI_RED = "\x1b[1;31m"
 ANSI_BLUE = "\x1b[1;34m"
 ANSI_GREEN = "\x1b[32m"
@@ -48,9 +50,14 @@ INDENT = "  "  # a wrapped line's continuation
 _PACKAGE = Path(__file__).resolve().parents[1]  # transformer_lab/
 
 
+def _package_dirs() -> list[str]:
+    """This package's folder, and the grader's where it registered (`registry.add_machinery`)."""
+    return [str(_PACKAGE), *registry.MACHINERY_DIRS]
+
+
 def _hidden_dirs() -> tuple[str, ...]:
     """Folders whose frames a student never needs to see: this package, torch, the stdlib."""
-    dirs = [str(_PACKAGE)]
+    dirs = _package_dirs()
     try:
         import torch
 
@@ -74,7 +81,7 @@ def _is_hidden(filename: str) -> bool:
 
 def _in_package(filename: str) -> bool:
     try:
-        return str(Path(filename).resolve()).startswith(str(_PACKAGE) + "/")
+        return str(Path(filename).resolve()).startswith(tuple(d + "/" for d in _package_dirs()))
     except (OSError, ValueError):
         return False
 
@@ -279,7 +286,7 @@ def render_failure(
     """A failed check's lines from its parts (ANSI colours): the headline, the named mistake,
     the student's crash ("RuntimeError: ...", with `crash_lines`: where in their code) or what
     differs, the case. :func:`render` gives a CheckFailed's; grading renders a kept failure
-    (`transformer_lab.instructor.failures`) the same way."""
+    (`transformer_lab_grader.failures`) the same way."""
     title = f"{exercise}: check failed" if exercise else "check failed"
     lines = _labelled(HEADLINE_MARK, title, ANSI_RED, whole=True)
     if mistake:

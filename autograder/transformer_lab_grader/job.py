@@ -2,7 +2,7 @@
 box and every test judged here (`nbgrader_app.JudgedExecute`, `judge`), read the private
 gradebook, hand back one record.
 
-    python -m transformer_lab.instructor.job --job SPEC.json
+    python -m transformer_lab_grader.job --job SPEC.json
 
 The job is trusted code and runs outside the student's box: only the student's process
 (`verify_child`, started by the judge) is boxed. The spec (written by `grade.Grader`) names the
@@ -271,4 +271,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--job":
         run_job(sys.argv[2])
     else:
-        raise SystemExit("usage: python -m transformer_lab.instructor.job --job SPEC.json")
+        raise SystemExit("usage: python -m transformer_lab_grader.job --job SPEC.json")

@@ -47,12 +47,18 @@ import threading
 import time
 from pathlib import Path
 
-from .. import registry
+import transformer_lab
+from transformer_lab import registry
 
 GiB = 1 << 30
 MiB = 1 << 20
 
 
+# The folders holding the two packages the box's processes import (shared/ and autograder/ in
+# the repository, site-packages when installed).
+PACKAGE_PARENTS = tuple(
+    dict.fromkeys(str(Path(p).resolve().parents[1]) for p in (transformer_lab.__file__, __file__))
+)
 GRADING_FLAG = registry.GRADING_ENV  # what transformer_lab.check.grading_mode() reads
 GRADING_ENV = dict(registry.GRADING_SETTINGS)  # what every process running a student's code gets
 
@@ -175,7 +181,7 @@ def _python_paths() -> list[str]:
     """The Python installation the job runs (it may live under a home or /tmp, which the box
     hides): the prefixes and the folders of the interpreter and of sys.path."""
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
-    found.add(str(Path(__file__).resolve().parents[2]))  # this transformer_lab's own folder
+    found.update(PACKAGE_PARENTS)  # the folders holding this transformer_lab and its grader
     found.add(os.path.dirname(os.path.realpath(sys.executable)))
     found.update(p for p in sys.path if p and os.path.isdir(p))
     return sorted({os.path.abspath(p) for p in found} - {"/"})

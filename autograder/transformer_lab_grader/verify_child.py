@@ -2,7 +2,7 @@
 names at its start, then each batch the judge sends with a "run" request, outputs captured), and
 answers the judge's describe/getattr/call/backward requests in between.
 
-    python -I -m transformer_lab.instructor.verify_child --child FD_IN FD_OUT CELLS.json
+    python -I -m transformer_lab_grader.verify_child --child FD_IN FD_OUT CELLS.json
 
 While the student's code runs for a request, `verify_guard.Guard` switches the exercise's
 forbidden names off and watches for calls of them; such a call refuses the request; and the

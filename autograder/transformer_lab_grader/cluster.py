@@ -93,16 +93,18 @@ class WorkerUnfit(SystemExit):
 
 
 def package_digest() -> str:
-    """sha256 over the names and bytes of every .py file of the installed transformer_lab."""
+    """sha256 over the names and bytes of every .py file of the installed transformer_lab and of
+    this grader."""
     import transformer_lab
 
-    root = Path(transformer_lab.__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        if "__pycache__" in path.parts:
-            continue
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for package in (transformer_lab.__file__, __file__):
+        top = Path(package).resolve().parent
+        for path in sorted(top.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            digest.update(str(path.relative_to(top.parent)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 
 
@@ -158,7 +160,7 @@ def entry(shared, task):
     except Exception:
         where = f"Dask worker on {socket.gethostname()}"
     try:
-        cluster = importlib.import_module("transformer_lab.instructor.cluster")
+        cluster = importlib.import_module("transformer_lab_grader.cluster")
     except Exception as error:
         return {
             "unfit": f"{where} cannot import transformer_lab ({type(error).__name__}: {error})",

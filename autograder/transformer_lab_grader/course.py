@@ -13,8 +13,8 @@ import importlib.util
 import os
 from pathlib import Path
 
-# shared/transformer_lab/instructor/course.py -> the repository this package was installed from
-PACKAGE_REPO = Path(__file__).resolve().parents[3]
+# autograder/transformer_lab_grader/course.py -> the repository this package was installed from
+PACKAGE_REPO = Path(__file__).resolve().parents[2]
 MARKER = Path("autograder") / "nbgrader_config.py"
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from ..notebook_setup import SETUP_ID
+from transformer_lab.notebook_setup import SETUP_ID
+
 from .judge import Cell, Judge, Limits, cells_of
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, unmarked
 from .verify_flags import source_flags

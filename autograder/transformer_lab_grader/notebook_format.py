@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..notebook_cells import (  # noqa: F401 (re-exported: the grader's names for them)
+from transformer_lab.notebook_cells import (  # noqa: F401 (re-exported: the grader's names for them)
     HIDDEN_TESTS_BEGIN,
     HIDDEN_TESTS_END,
     cell_source,

@@ -105,7 +105,14 @@ def capture(check) -> Trusted:
 
     library = tuple(
         str(Path(p).resolve())
-        for p in {sys.prefix, sys.base_prefix, os.path.dirname(transformer_lab.__file__)}
+        for p in {
+            sys.prefix,
+            sys.base_prefix,
+            os.path.dirname(transformer_lab.__file__),
+            os.path.dirname(
+                __file__
+            ),  # this grader (once the subpackage transformer_lab.instructor)
+        }
     )
     return Trusted(
         setprofile=sys.setprofile,

@@ -1,6 +1,6 @@
 """One pre-imported grading worker per run: it forks the grading jobs.
 
-Why: a job started as `python -m transformer_lab.instructor.job` pays the interpreter's start and
+Why: a job started as `python -m transformer_lab_grader.job` pays the interpreter's start and
 `job.trusted_imports` (torch, nbgrader, the checks: about 2.5-2.8 CPU s) for every notebook
 (benchmarks/history/journal.md §11). The worker pays them once per run (`Grader.run`) or once per Dask
 worker process (`process_worker`), then for each job forks a child that becomes the job:
@@ -53,7 +53,7 @@ from . import sandbox
 SWITCH = "TRANSFORMER_LAB_GRADING_WORKER"  # "0": one interpreter per job, as before
 RESULT_FD = 3  # the job's result pipe, as $TRANSFORMER_LAB_RESULT_FD
 READY_SECONDS = 600.0  # the worker's imports, on a heavily loaded machine
-JOB_MODULE = "transformer_lab.instructor.job"
+JOB_MODULE = "transformer_lab_grader.job"
 
 
 def switched_on(choice: bool | None = None) -> bool:
@@ -84,7 +84,7 @@ class Worker:
 
     @classmethod
     def start(cls, env: dict[str, str], cwd: Path) -> Worker:
-        """Start `python -m transformer_lab.instructor.worker` (returns at once; the imports go
+        """Start `python -m transformer_lab_grader.worker` (returns at once; the imports go
         on in the background, `available` waits for them). Its output goes to cwd/worker.log."""
         cwd.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

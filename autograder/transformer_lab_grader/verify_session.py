@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .sandbox import GRADING_ENV, PACKAGE_PARENTS
 from .verify_remote import (
     SAFE_MODULES,
     Opaque,
@@ -40,8 +41,6 @@ from .verify_wire import (
 
 def _child_env(workdir: Path) -> dict:
     """The student's process's environment: grading mode, quick mode, its own folder as home."""
-    from .sandbox import GRADING_ENV
-
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "JPY_"))}
     env.update(GRADING_ENV, TRANSFORMER_LAB_QUICK="1")
     env.update(
@@ -54,11 +53,11 @@ def _child_env(workdir: Path) -> dict:
 
 
 # The student's process: an isolated interpreter (-I: no PYTHON* variables, no user site, not
-# its working folder on the path) that imports the judge's own copy of transformer_lab.
-PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+# its working folder on the path) that imports the judge's own copies of transformer_lab and of
+# this grader (`sandbox.PACKAGE_PARENTS`: their folders, which the box binds read-only).
 CHILD_MAIN = (
-    f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r}); "
-    "from transformer_lab.instructor.verify_child import child_main; "
+    f"import sys; sys.path[:0] = {list(PACKAGE_PARENTS)!r}; "
+    "from transformer_lab_grader.verify_child import child_main; "
     "child_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])"
 )
 GRACE = 2.0  # seconds a student's process gets to leave once its pipes are closed

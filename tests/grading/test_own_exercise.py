@@ -211,7 +211,12 @@ def _mistakes(result: dict) -> list[tuple[str, str]]:
     record = {
         "status": "graded",
         "cells": {
-            gid: {"passed": c["passed"], "output": c["message"], "exercises": []}
+            gid: {
+                "passed": c["passed"],
+                "output": c["message"],
+                "failure": c.get("failure"),
+                "exercises": [],
+            }
             for gid, c in result["cells"].items()
         },
     }

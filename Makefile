@@ -40,7 +40,10 @@ $(STAMP): pyproject.toml
 # Students: nbgrader's instructor tools are switched off by a course-local config folder put
 # first on JUPYTER_CONFIG_PATH for this server only (shared/jupyter/README.md); ~/.jupyter is
 # left alone. Instructors: `make instructor-lab` has nbgrader's UI, configured by autograder/.
+# Both start the course's kernel (shared/jupyter/data on JUPYTER_PATH: transformer_lab.lab_kernel),
+# so that opening a notebook does not mark it modified.
 JUPYTER_LAB = HF_HUB_OFFLINE=1 TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} \
+	  JUPYTER_PATH="$(CURDIR)/shared/jupyter/data$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
 	  $(VENV)/bin/jupyter lab --no-browser \
 	  --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir="$(CURDIR)" \
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )

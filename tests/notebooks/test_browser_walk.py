@@ -97,7 +97,7 @@ def _run_through(page, panel) -> list[dict]:
         if not pending or all(re.search(r"\[\d+\]", c["prompt"]) for c in pending):
             return cells
         nxt = panel.locator(".jp-Notebook .jp-Cell").nth(pending[0]["index"])
-        nxt.locator(".jp-InputPrompt").click()  # selects the cell without editing it
+        nxt.locator(".cm-content").click()  # the active cell: where "and All Below" starts
         _menu(page, "Run", "Run Selected Cell and All Below")
         _wait_idle(page)
 
@@ -137,7 +137,8 @@ def test_walk_exercise(page, lab, lesson):
     for i in sorted(checks):
         text = by_index[i]["error"]
         lines = [line for line in text.splitlines() if line.strip()]
-        assert len(lines) == 1 and NOT_WRITTEN in lines[0], f"{lesson} cell {i}:\n{text}"
+        summary = [(c["index"], c["prompt"], c["error"][:80]) for c in cells]
+        assert len(lines) == 1 and NOT_WRITTEN in lines[0], f"{lesson} cell {i}: {text}\n{summary}"
     tracebacks = {c["index"]: c["error"] for c in cells if "Traceback" in c["error"]}
     assert not tracebacks, f"{lesson}: a traceback in an untouched run: {tracebacks}"
 

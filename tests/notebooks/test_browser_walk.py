@@ -51,6 +51,10 @@ UNFIXED = {
     f"({name}), not one 'not written yet' line"
     for lesson, name in [("06_masking", "alpha_22"), ("08_gpt", "practice_transformers")]
 }
+UNFIXED["09_bert"] = (
+    "untouched, the MLM demo cell (masked_accuracy) shows a NameError traceback: a name from a "
+    "cell that failed before it"
+)
 EXERCISES = [
     pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=UNFIXED[name]))
     if name in UNFIXED

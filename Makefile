@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 
 .PHONY: lab instructor-lab test install lint format exercises benchmark clean \
 	release collect grade feedback export report gpu-wheels gpu-check \
-	book book-test book-clean
+	book book-test book-clean walk
 
 install: $(STAMP)
 
@@ -40,7 +40,10 @@ $(STAMP): pyproject.toml
 # Students: nbgrader's instructor tools are switched off by a course-local config folder put
 # first on JUPYTER_CONFIG_PATH for this server only (shared/jupyter/README.md); ~/.jupyter is
 # left alone. Instructors: `make instructor-lab` has nbgrader's UI, configured by autograder/.
+# Both start the course's kernel (shared/jupyter/data on JUPYTER_PATH: transformer_lab.lab_kernel),
+# so that opening a notebook does not mark it modified.
 JUPYTER_LAB = HF_HUB_OFFLINE=1 TRANSFORMER_LAB_DEVICE=$${TRANSFORMER_LAB_DEVICE:-cpu} \
+	  JUPYTER_PATH="$(CURDIR)/shared/jupyter/data$${JUPYTER_PATH:+:$$JUPYTER_PATH}" \
 	  $(VENV)/bin/jupyter lab --no-browser \
 	  --ip=127.0.0.1 --port=$(PORT) --ServerApp.root_dir="$(CURDIR)" \
 	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
@@ -62,6 +65,16 @@ test: $(STAMP)
 	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
+
+# The browser walk of every lesson (tests/notebooks/test_browser_walk.py, issue 29): each exercise
+# untouched then solved, each lecture and its sliders, in JupyterLab and Chromium, quick mode. Not
+# in `make test` (its 40 minutes are spent); .ci/run runs it. WALK_JOBS browsers, one lab each.
+WALK_JOBS ?= 2
+
+walk: $(STAMP)
+	TRANSFORMER_LAB_WALK=1 HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(PY) -m pytest -p no:cacheprovider \
+	  $(if $(filter-out 0 1,$(WALK_JOBS)),-n $(WALK_JOBS) --dist load,-n 0) --durations=10 \
+	  tests/notebooks/test_browser_walk.py $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

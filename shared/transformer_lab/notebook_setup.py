@@ -12,7 +12,10 @@ and the README's course map from the one repository address in pyproject.toml
   (relative links do not resolve there);
 - the first code cell: the Colab setup cell (id ``colab-setup``, identical in every notebook, a
   plain cell that nbgrader copies unchanged into exercises/). In Colab it pip installs the course
-  and calls `transformer_lab.colab.setup` for the rest; outside Colab it does nothing.
+  and calls `transformer_lab.colab.setup` for the rest; outside Colab it does nothing;
+- the notebook's ``kernelspec`` and ``language_info``: exactly what JupyterLab writes when the
+  course's kernel connects (`transformer_lab.lab_kernel`), so that opening a notebook does not
+  mark it modified (closing it untouched asks no "Save changes?").
 
 Run ``make exercises`` afterwards (it runs this first). Nothing here is needed at run time.
 With ``--check`` nothing is written; the exit status says whether everything is up to date.
@@ -27,6 +30,8 @@ import sys
 from pathlib import Path
 
 import nbformat
+
+from transformer_lab.lab_kernel import KERNELSPEC, LANGUAGE_INFO
 
 SETUP_ID = "colab-setup"
 COLAB = "https://colab.research.google.com/github"
@@ -154,6 +159,8 @@ def rewrite_notebook(nb, info: dict, rel: str):
     cell.metadata["cellView"] = "form"  # Colab shows the title and the Drive checkbox, not the code
     position = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     nb.cells.insert(position, cell)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = dict(LANGUAGE_INFO)
     return nb
 
 

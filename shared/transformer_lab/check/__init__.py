@@ -50,6 +50,7 @@ from .drivers import (
 )
 from .exercise import PRACTICE, CheckFailed, Exercise, Mistake, NotWrittenYet, fail
 from .forbid import ImplementThisYourself, forbid
+from .stub_cells import install as _install_stub_handler
 
 __all__ = [
     "EXERCISES",
@@ -88,6 +89,7 @@ lesson09, ..."""
 for _name in LESSON_MODULES:
     importlib.import_module(f"{__name__}.{_name}")
 
+_install_stub_handler()  # in IPython: a demo cell reaching a stub says so in one line
 globals().update(EXERCISES)
 globals().update(PRACTICE)
 __all__ += [*EXERCISES, *PRACTICE]

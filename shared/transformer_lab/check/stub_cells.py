@@ -1,0 +1,44 @@
+"""Any notebook cell that reaches an untouched stub says so in one line, not only a check's cell.
+
+A check that reaches nbgrader's stub (``raise NotImplementedError()``) raises `NotWrittenYet`,
+shown as one line. A lesson's other cells (a demo, a plot) call the student's code directly; there
+the stub's bare NotImplementedError used to show a traceback through torch and the cells (the
+browser walk of issue 29: exercise 02's similarity plot, 24 lines). Imported into IPython,
+`transformer_lab.check` installs `show_stub` as the shell's handler for NotImplementedError:
+an untouched stub gives ``✗ `SelfAttention.forward` is not written yet: fill in its cell (this
+cell uses it).``; any other NotImplementedError (one with a message, one raised inside torch, a
+check's own NotWrittenYet) is shown as IPython always shows it. The cell still fails, with the
+error named NotImplementedError (what nbgrader records).
+"""
+
+from __future__ import annotations
+
+from .exercise import NotWrittenYet
+from .feedback import render, unwritten
+
+
+def not_written_line(name: str) -> str:
+    return f"`{name}` is not written yet: fill in its cell (this cell uses it)."
+
+
+def show_stub(shell, etype, value, tb, tb_offset=None) -> None:
+    """IPython's custom exception handler for NotImplementedError: shows the error itself (IPython
+    ignores what a handler returns), as one line when it comes from an untouched stub."""
+    found = unwritten(value)
+    if found is not None:
+        name, _ = found
+        lines = render(NotWrittenYet(not_written_line(name), function=name))
+        value._render_traceback_ = lambda: lines  # what IPython shows instead of a traceback
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+
+def install(shell=None) -> None:
+    """Make `show_stub` the handler of the running IPython shell (nothing outside IPython)."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return
+        shell = get_ipython()
+    if shell is not None and not shell.custom_exceptions:  # another handler is left alone
+        shell.set_custom_exc((NotImplementedError,), show_stub)

@@ -1,0 +1,222 @@
+"""The walk of issue 29: every lesson as a student meets it in `make lab`'s JupyterLab (Chromium).
+
+    make walk        # TRANSFORMER_LAB_WALK=1, quick mode; not part of `make test` (its budget)
+
+For each exercise notebook 01-13: opened, it is not modified by opening (no "Save changes?");
+run untouched (Run All, then on past each failing cell), every check says "not written yet" in
+one line, with no traceback; with the solution typed into every solution cell (from solutions/),
+every check passes (✓); saved and reloaded, no widget error shows; closed, nothing asks to save.
+Each lecture runs with no error and no widget error, and every slider of an interactive widget
+changes the widget's output when moved. Screenshots: tests/artifacts/screenshots/walk_*.png.
+The lab server, the browser page and the helpers are test_browser.py's (one server per module,
+per xdist worker).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import nbformat
+import pytest
+
+if os.environ.get("TRANSFORMER_LAB_WALK") != "1":
+    pytest.skip(
+        "the browser walk of every lesson runs in `make walk` (TRANSFORMER_LAB_WALK=1)",
+        allow_module_level=True,
+    )
+
+import test_browser  # noqa: E402  (skips this module too, saying why, without chromium)
+from test_browser import (  # noqa: E402
+    NOT_WRITTEN,
+    ROOT,
+    TIMEOUT_MS,
+    _modified_after_opening,
+    _run_cell,
+    _save_and_reload,
+    _shot,
+    _type_into,
+)
+
+lab = test_browser.lab  # the fixtures: one JupyterLab for this module, a fresh page per test
+page = test_browser.page
+
+pytestmark = pytest.mark.slow
+
+# walk findings not fixed yet: a practice question's stub is a bare `raise NotImplementedError()`
+# at the top of its cell, so the cell shows a traceback and its check cell a NameError
+UNFIXED = {
+    lesson: "practice question's stub: a traceback, then NameError in its check cell "
+    f"({name}), not one 'not written yet' line"
+    for lesson, name in [("06_masking", "alpha_22"), ("08_gpt", "practice_transformers")]
+}
+UNFIXED["09_bert"] = (
+    "untouched, the MLM demo cell (masked_accuracy) shows a NameError traceback: a name from a "
+    "cell that failed before it"
+)
+EXERCISES = [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=UNFIXED[name]))
+    if name in UNFIXED
+    else name
+    for name in sorted(p.name for p in (ROOT / "exercises").iterdir() if p.name[:2].isdigit())
+]
+LECTURES = sorted(p.name for p in (ROOT / "lectures").glob("[01][0-9]_*_lecture.ipynb"))
+STDERR = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+CHECK_CALL = re.compile(r"^check\.\w+\(", re.M)
+
+# every code cell of the visible notebook: its index among all cells, prompt, and error text
+_CELLS_JS = f"""() => {{
+    const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+        .find(p => p.offsetParent !== null);
+    return [...panel.querySelectorAll('.jp-Notebook .jp-Cell')].map((cell, index) => ({{
+        index,
+        code: cell.classList.contains('jp-CodeCell'),
+        prompt: (cell.querySelector('.jp-InputPrompt') || {{}}).textContent || '',
+        error: [...cell.querySelectorAll({STDERR!r})].map(e => e.innerText).join('\\n'),
+        output: [...cell.querySelectorAll('.jp-OutputArea-output')].map(e => e.innerText).join('\\n'),
+    }})).filter(c => c.code);
+}}"""
+
+
+def _cells(page) -> list[dict]:
+    return page.evaluate(_CELLS_JS)
+
+
+def _wait_idle(page) -> None:
+    """Until the kernel is idle and no cell is queued or running ([*])."""
+    page.wait_for_timeout(1000)
+    page.wait_for_function(
+        """() => {
+            const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+                .find(p => p.offsetParent !== null);
+            const idle = panel.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
+            const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            return idle && prompts.every(p => !p.textContent.includes('*'));
+        }""",
+        timeout=TIMEOUT_MS * 4,
+    )
+
+
+def _menu(page, menu: str, item: str) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(rf"^{menu}$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{re.escape(item)}$")).click()
+
+
+def _run_through(page, panel) -> list[dict]:
+    """Run every cell, the ones after a failing cell one by one (as a student clicking on would)."""
+    _menu(page, "Run", "Run All Cells")
+    _wait_idle(page)
+    for cell in _cells(page):
+        if not re.search(r"\[\d+\]", cell["prompt"]):  # not run: after a failed cell
+            _run_cell(page, panel.locator(".jp-Notebook .jp-Cell").nth(cell["index"]))
+            _wait_idle(page)
+    return _cells(page)
+
+
+def _check_cells(path) -> set[int]:
+    nb = nbformat.read(path, as_version=4)
+    return {
+        i for i, c in enumerate(nb.cells) if c.cell_type == "code" and CHECK_CALL.search(c.source)
+    }
+
+
+def _solution_sources(lesson: str) -> dict[int, str]:
+    """The solution notebook's source of every cell that the exercise released as a stub."""
+    exercise = nbformat.read(ROOT / "exercises" / lesson / f"{lesson}.ipynb", as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    by_id = {c.get("id"): c for c in solution.cells}
+    sources = {}
+    for i, cell in enumerate(exercise.cells):
+        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
+            sources[i] = by_id[cell.get("id")].source
+    assert sources, f"{lesson}: no solution cells"
+    return sources
+
+
+@pytest.mark.parametrize("lesson", EXERCISES)
+def test_walk_exercise(page, lab, lesson):
+    path = f"exercises/{lesson}/{lesson}.ipynb"
+    checks = _check_cells(ROOT / path)
+    assert checks, f"{lesson}: no check cells"
+    assert not _modified_after_opening(page, lab, path), "opening the notebook modified it"
+    panel = page.locator(".jp-NotebookPanel:visible")
+
+    # untouched: every check says "not written yet" in one line; no other cell shows a traceback
+    cells = _run_through(page, panel)
+    _shot(page, f"walk_{lesson}_untouched")
+    by_index = {c["index"]: c for c in cells}
+    for i in sorted(checks):
+        text = by_index[i]["error"]
+        lines = [line for line in text.splitlines() if line.strip()]
+        summary = [(c["index"], c["prompt"], c["error"][:80]) for c in cells]
+        assert len(lines) == 1 and NOT_WRITTEN in lines[0], f"{lesson} cell {i}: {text}\n{summary}"
+    tracebacks = {c["index"]: c["error"] for c in cells if "Traceback" in c["error"]}
+    assert not tracebacks, f"{lesson}: a traceback in an untouched run: {tracebacks}"
+
+    # the solution typed into every solution cell: every check passes
+    cell_locators = panel.locator(".jp-Notebook .jp-Cell")
+    for i, source in _solution_sources(lesson).items():
+        _type_into(page, cell_locators.nth(i), source)
+    _menu(page, "Run", "Run All Cells")
+    _wait_idle(page)
+    cells = _cells(page)
+    errors = {c["index"]: c["error"] for c in cells if c["error"]}
+    assert not errors, f"{lesson} with its solution: {errors}"
+    outputs = {c["index"]: c["output"] for c in cells}
+    for i in sorted(checks):
+        assert "✓" in outputs[i], f"{lesson} cell {i} with its solution:\n{outputs[i]}"
+    _shot(page, f"walk_{lesson}_solved")
+
+    # saved and reloaded: no widget error; closed: no "Save changes?"
+    panel = _save_and_reload(page, lab, path)
+    text = panel.inner_text()
+    assert "Error displaying widget" not in text and "model not found" not in text
+    page.keyboard.press("Alt+w")
+    page.wait_for_timeout(1500)
+    assert page.locator(".jp-Dialog").count() == 0, page.locator(".jp-Dialog").all_inner_texts()
+
+
+@pytest.mark.parametrize("lecture", LECTURES)
+def test_walk_lecture(page, lab, lecture):
+    path = f"lectures/{lecture}"
+    assert not _modified_after_opening(page, lab, path), "opening the lecture modified it"
+    panel = page.locator(".jp-NotebookPanel:visible")
+    _menu(page, "Run", "Run All Cells")
+    _wait_idle(page)
+    errors = {c["index"]: c["error"] for c in _cells(page) if c["error"]}
+    assert not errors, f"{lecture}: {errors}"
+    assert "Error displaying widget" not in panel.inner_text()
+    _shot(page, f"walk_{lecture.removesuffix('.ipynb')}")
+    # every slider of an interactive widget changes that widget's output when moved
+    interacts = panel.locator(".widget-interact")
+    for n in range(interacts.count()):
+        interact = interacts.nth(n)
+        output = interact.locator(".widget-output")
+        for slider in interact.locator(".widget-slider").all():
+            before, readout = output.inner_html(), slider.locator(".widget-readout")
+            value = readout.inner_text()
+            slider.locator(".noUi-handle").first.focus()
+            for key in ("ArrowLeft", "ArrowRight", "ArrowRight"):  # at its minimum: to the right
+                page.keyboard.press(key)
+                page.wait_for_timeout(300)
+                if readout.inner_text() != value:
+                    break
+            assert readout.inner_text() != value, f"{lecture}: widget {n}: the slider did not move"
+            deadline = time.monotonic() + TIMEOUT_MS / 1000
+            while output.inner_html() == before:
+                assert time.monotonic() < deadline, (
+                    f"{lecture}: widget {n}: a slider changed nothing"
+                )
+                page.wait_for_timeout(250)
+            _wait_idle(page)
+        _shot(page, f"walk_{lecture.removesuffix('.ipynb')}_widget{n}", interact)
+
+
+def test_walk_a_notebook_with_the_old_metadata_is_modified_on_opening(page, lab):
+    """The mutant of item 8b: ipykernel's language_info as notebooks had it before lab_kernel."""
+    _, _, tmp = lab
+    nb = nbformat.read(ROOT / "exercises" / "11_vit" / "11_vit.ipynb", as_version=4)
+    nb.metadata["language_info"] = {"name": "python"}
+    nbformat.write(nb, tmp / "course" / "exercises" / "11_vit" / "old_metadata.ipynb")
+    assert _modified_after_opening(page, lab, "exercises/11_vit/old_metadata.ipynb")

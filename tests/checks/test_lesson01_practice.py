@@ -60,7 +60,7 @@ def test_other_wrong_counts_fail_without_a_guess(change):
 @pytest.mark.parametrize(
     "value,message",
     [
-        (..., "replace the ..."),
+        (None, "replace the"),
         ("B", "a dict"),
         ({"answer": "B", "rnn_steps": 11}, "a dict"),
         (dict(RIGHT_JOHN, rnn_steps=11.0), "whole number"),
@@ -97,7 +97,7 @@ def test_a_subset_of_the_barriers_is_not_enough():
 @pytest.mark.parametrize(
     "value,many,message",
     [
-        (..., True, "replace the ..."),
+        (None, True, "replace the None"),
         (3, True, "in quotes"),
         ("and", True, "made of the letters"),
         ("", True, "made of the letters"),
@@ -108,6 +108,13 @@ def test_a_subset_of_the_barriers_is_not_enough():
 def test_letters_say_what_to_write(value, many, message):
     with pytest.raises(check.CheckFailed, match=message):
         letters("q", value, "ABCDE", many=many)
+
+
+@pytest.mark.parametrize("call", [check.practice_john, check.practice_drop_in])
+def test_the_released_answer_is_not_written_yet_in_one_line(call):
+    """The released cell leaves the answer at ...: one line, as an untouched stub gives."""
+    with pytest.raises(check.NotWrittenYet, match="is not written yet: set it in the cell above"):
+        call(...)
 
 
 def test_letters_reads_the_usual_ways_of_writing_them():

@@ -245,8 +245,10 @@ def test_alpha_22_other_wrong_answers():
     with pytest.raises(check.CheckFailed, match="counting from 1") as info:
         check.alpha_22(zero_indexed)
     assert "Likely mistake" not in str(info.value)
-    with pytest.raises(check.CheckFailed, match="replace the"):
-        check.alpha_22(...)
+    with pytest.raises(check.NotWrittenYet, match="`alpha_22` is not written yet"):
+        check.alpha_22(...)  # the released answer: one line, like an untouched stub
+    with pytest.raises(check.CheckFailed, match="replace the None"):
+        check.alpha_22(None)
     with pytest.raises(check.CheckFailed, match="should be a number"):
         check.alpha_22("one half")
 

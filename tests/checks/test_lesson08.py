@@ -681,11 +681,16 @@ def test_practice_transformers_numbers_are_the_cost_formulas():
 
 @pytest.mark.parametrize(
     "answer,message",
-    [(..., "replace the"), (None, "replace the"), (3, "a letter in quotes"), ("E", "one of A")],
+    [(None, "replace the"), (3, "a letter in quotes"), ("E", "one of A")],
 )
 def test_practice_transformers_bad_answers_get_clear_messages(answer, message):
     with pytest.raises(check.CheckFailed, match=message):
         check.practice_transformers(answer)
+
+
+def test_practice_transformers_released_answer_is_not_written_yet():
+    with pytest.raises(check.NotWrittenYet, match="`practice_transformers` is not written yet"):
+        check.practice_transformers(...)
 
 
 # ---------------------------------------------------------------------------------------------

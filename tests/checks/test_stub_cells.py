@@ -47,6 +47,15 @@ def test_a_demo_cell_reaching_a_stub_shows_one_line_and_fails(shell):
     )
 
 
+def test_an_untouched_answer_cell_shows_one_line_and_fails(shell):
+    """A practice question's released cell: the answer's name set to ..., then nbgrader's stub."""
+    code = "practice = ...\n# YOUR CODE HERE\nraise NotImplementedError()"
+    result, text = _run(shell, code)
+    assert type(result.error_in_exec) is NotImplementedError and not result.success
+    assert " ".join(text.split()) == "✗ " + stub_cells.CELL_NOT_WRITTEN  # one message, wrapped
+    assert shell.user_ns["practice"] is ...  # so the check cell after it says "not written yet"
+
+
 def test_other_not_implemented_errors_keep_their_traceback(shell):
     _, text = _run(shell, "raise NotImplementedError('mine, with a reason')")
     assert "Traceback" in text and "mine, with a reason" in text

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import re
 
-from .exercise import fail
+from .exercise import NotWrittenYet, fail
+
+
+def unanswered(name: str) -> NotWrittenYet:
+    """The error for an answer still at its released ``...``: one line, like an untouched stub."""
+    return NotWrittenYet(
+        f"`{name}` is not written yet: set it in the cell above, in place of the raise.",
+        exercise=name,
+    )
 
 
 def letters(name: str, value, options: str, *, many: bool = False) -> str:
@@ -20,8 +28,10 @@ def letters(name: str, value, options: str, *, many: bool = False) -> str:
     one ("C" or "(c)")."""
     example = '"AC"' if many else '"A"'
     what = "one or more letters" if many else "a letter"
-    if value is ... or value is None:
-        fail(name, f"replace the ... with your answer, {what} such as {example}")
+    if value is ...:
+        raise unanswered(name)
+    if value is None:
+        fail(name, f"replace the None with your answer, {what} such as {example}")
     if not isinstance(value, str):
         fail(
             name,

@@ -8,7 +8,7 @@ import math
 import torch
 
 from .. import rnn as _rnn
-from .answers import letters
+from .answers import letters, unanswered
 from .drivers import (
     Call,
     CustomDriver,
@@ -355,7 +355,9 @@ def practice_john(value, thorough: bool = False) -> None:
     """Check the answer to the relative-clause question: a dict with "answer" (A or B),
     "rnn_steps" and "attention_layers"."""
     name = "practice_john"
-    if value is ... or value is None:
+    if value is ...:
+        raise unanswered(name)
+    if value is None:
         fail(
             name,
             'replace the ... with a dict: {"answer": ..., "rnn_steps": ..., "attention_layers": ...}',

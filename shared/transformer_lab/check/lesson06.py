@@ -7,6 +7,7 @@ import math
 import torch
 
 from .. import masking as _masking
+from .answers import unanswered
 from .drivers import Call, ExactDriver, exactly_equal
 from .exercise import Exercise, Mistake, fail, practice
 
@@ -298,8 +299,10 @@ def _alpha_22_expected() -> float:
 @practice
 def alpha_22(value, thorough: bool = False) -> None:
     """Check the practice answer α_22 (a number, to within 1e-3)."""
-    if value is ... or value is None:
-        fail("alpha_22", "replace the ... with your answer, a number")
+    if value is ...:
+        raise unanswered("alpha_22")
+    if value is None:
+        fail("alpha_22", "replace the None with your answer, a number")
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from .. import gpt as _gpt
+from .answers import unanswered
 from .devices import devices
 from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
 from .exercise import Case, Exercise, Mistake, fail, practice
@@ -587,8 +588,10 @@ def _practice_mistakes() -> dict[str, Mistake]:
 @practice
 def practice_transformers(value, thorough: bool = False) -> None:
     """Check the practice answer: the letter of the correct statement (A, B, C or D)."""
-    if value is ... or value is None:
-        fail("practice_transformers", 'replace the ... with your answer, a letter such as "A"')
+    if value is ...:
+        raise unanswered("practice_transformers")
+    if value is None:
+        fail("practice_transformers", 'replace the None with your answer, a letter such as "A"')
     if not isinstance(value, str):
         fail(
             "practice_transformers",

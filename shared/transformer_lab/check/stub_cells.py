@@ -21,13 +21,34 @@ def not_written_line(name: str) -> str:
     return f"`{name}` is not written yet: fill in its cell (this cell uses it)."
 
 
+CELL_NOT_WRITTEN = (
+    "this cell is not written yet: replace its `raise NotImplementedError()` with your answer."
+)
+
+
+def _raised_by_the_cell(err: BaseException) -> bool:
+    """A bare ``NotImplementedError()`` raised by the cell's own top level: the stub of an answer
+    cell (a practice question's ``x = ...``), not of a function."""
+    if type(err) is not NotImplementedError or any(str(a) for a in err.args):
+        return False
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "<module>"
+
+
 def show_stub(shell, etype, value, tb, tb_offset=None) -> None:
     """IPython's custom exception handler for NotImplementedError: shows the error itself (IPython
-    ignores what a handler returns), as one line when it comes from an untouched stub."""
+    ignores what a handler returns), as one line when it comes from an untouched stub, a
+    function's or an answer cell's own."""
     found = unwritten(value)
+    lines = None
     if found is not None:
         name, _ = found
         lines = render(NotWrittenYet(not_written_line(name), function=name))
+    elif _raised_by_the_cell(value):
+        lines = render(NotWrittenYet(CELL_NOT_WRITTEN))
+    if lines is not None:
         value._render_traceback_ = lambda: lines  # what IPython shows instead of a traceback
     shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
 

@@ -142,6 +142,7 @@ def ungradable(
                 "passed": False,
                 "exercises": c["exercises"],
                 "output": "",
+                "failure": None,  # nothing ran: the record's `reason` says why
             }
             for gid, c in cells.items()
         },

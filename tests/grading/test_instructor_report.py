@@ -693,7 +693,9 @@ def test_grade_then_feedback_and_report_end_to_end(tmp_path):
 
     report.build_report(course, LESSON, tmp_path / "report")
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
-    assert summary["graded"] == 2 and summary["scores"] == {"passing": 8.0, "unscaled": 0.0}
+    # the unscaled attention costs its own 5 points only: SelfAttention is graded with the course's
+    # attention in its place (verify_earlier), so its 3 points stay
+    assert summary["graded"] == 2 and summary["scores"] == {"passing": 8.0, "unscaled": 3.0}
     assert {
         "exercise": "scaled_dot_product_attention",
         "sentence": NO_SCALE,
@@ -701,7 +703,7 @@ def test_grade_then_feedback_and_report_end_to_end(tmp_path):
     } in summary["top_mistakes"]
     assert {c["grade_id"]: c["passed"] for c in summary["cells"]} == {
         "sdpa-test": 1,
-        "self-attention-test": 1,
+        "self-attention-test": 2,
     }
 
     pages = {p.parent.parent.name: p.read_text() for p in fb.feedback(course, LESSON)}
@@ -709,7 +711,7 @@ def test_grade_then_feedback_and_report_end_to_end(tmp_path):
     for page in pages.values():
         _assert_no_hidden(page, _hidden_lines(course))
     assert "8 / 8 points" in pages["passing"]
-    assert "0 / 8 points" in pages["unscaled"] and html.escape(NO_SCALE) in pages["unscaled"]
+    assert "3 / 8 points" in pages["unscaled"] and html.escape(NO_SCALE) in pages["unscaled"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,8 +20,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _submissions, copy_of, tiny_course  # noqa: F401
 
-from transformer_lab import cli
-from transformer_lab_grader import commands, feedback, manual, nbgrader_app
+from transformer_lab_grader import cli, commands, feedback, manual, nbgrader_app
 from transformer_lab_grader import records as rec
 from transformer_lab_grader.notebook_format import graded_cells, released_notebooks
 

@@ -14,24 +14,16 @@ import re
 from collections import Counter, defaultdict
 
 import pytest
+from test_lesson09 import _fails_with as _fails_with_checked
+from test_lesson09 import _sentence
 
 from transformer_lab import bert_bpe, check
 from transformer_lab.check import lesson09_bpe as L
 
 
-def _sentence(name: str, key: str) -> str:
-    return check.EXERCISES[name].mistake(key).sentence
-
-
 def _fails_with(check_fn, impl, sentence: str | None, thorough: bool = False) -> str:
-    with pytest.raises(check.CheckFailed) as info:
-        check_fn(impl, thorough=thorough)
-    message = str(info.value)
-    if sentence is None:
-        assert "Likely mistake" not in message, message
-    else:
-        assert f"Likely mistake: {sentence}" in message, message
-    return message
+    """test_lesson09's helper, visible check by default (a student's first run)."""
+    return _fails_with_checked(check_fn, impl, sentence, thorough)
 
 
 # =============================================================================================

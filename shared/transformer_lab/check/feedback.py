@@ -179,6 +179,17 @@ def _own_functions(obj) -> list[tuple[str, object]]:
     return found
 
 
+def stub_frame(err: BaseException):
+    """The innermost traceback entry of a bare ``NotImplementedError()`` (nbgrader's stub raises
+    one without a message), or None for any other error."""
+    if type(err) is not NotImplementedError or any(str(a) for a in err.args):
+        return None
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb
+
+
 def unwritten(err: BaseException, student_obj=None) -> tuple[str, bool] | None:
     """(name, direct) when `err` comes from an untouched stub: a ``NotImplementedError()`` without
     a message (nbgrader's ``raise NotImplementedError()``) raised by a line of the student's own
@@ -187,13 +198,9 @@ def unwritten(err: BaseException, student_obj=None) -> tuple[str, bool] | None:
     methods) rather than a helper it calls. Any other NotImplementedError (one with a message, or
     one raised inside torch) is an ordinary error of the student's code: None.
     """
-    if type(err) is not NotImplementedError or any(str(a) for a in err.args):
-        return None
-    tb = err.__traceback__
+    tb = stub_frame(err)
     if tb is None:
         return None
-    while tb.tb_next is not None:
-        tb = tb.tb_next
     code = tb.tb_frame.f_code
     if code.co_name == "<module>" or _is_hidden(code.co_filename):
         return None

@@ -89,8 +89,8 @@ def _check_layer_norm(ex: Exercise, student_cls, thorough: bool):
     """Outputs and gradients with the reference's weights copied in, then the stated start:
     γ all ones, β all zeros."""
     n = ModuleDriver(_layer_norm_cases, outputs=("output",)).run(ex, student_cls, thorough)
-    fresh = student_cls(6)
-    weight, bias = dict(fresh.named_parameters())["weight"], dict(fresh.named_parameters())["bias"]
+    params = dict(student_cls(6).named_parameters())
+    weight, bias = params["weight"], params["bias"]
     if not (torch.all(weight == 1) and torch.all(bias == 0)):
         fail(
             ex,

@@ -14,7 +14,7 @@ error named NotImplementedError (what nbgrader records).
 from __future__ import annotations
 
 from .exercise import NotWrittenYet
-from .feedback import render, unwritten
+from .feedback import render, stub_frame, unwritten
 
 
 def not_written_line(name: str) -> str:
@@ -29,11 +29,7 @@ CELL_NOT_WRITTEN = (
 def _raised_by_the_cell(err: BaseException) -> bool:
     """A bare ``NotImplementedError()`` raised by the cell's own top level: the stub of an answer
     cell (a practice question's ``x = ...``), not of a function."""
-    if type(err) is not NotImplementedError or any(str(a) for a in err.args):
-        return False
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
+    tb = stub_frame(err)
     return tb is not None and tb.tb_frame.f_code.co_name == "<module>"
 
 

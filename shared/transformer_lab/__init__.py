@@ -39,6 +39,7 @@ from .encoder_decoder import (
     TransformerConfig,
     beam_search,
     greedy_decode,
+    length_normalised_score,
 )
 from .gpt import (
     GPT,
@@ -149,6 +150,7 @@ __all__ = [
     "bigbird_attention",
     "bigbird_mask",
     "kv_cache_bytes",
+    "length_normalised_score",
     "linformer_attention",
     "performer_attention",
     "positive_random_features",

@@ -244,6 +244,24 @@ def greedy_decode(
     return ys
 
 
+def length_normalised_score(
+    log_probs: torch.Tensor, lengths: torch.Tensor, alpha: float
+) -> torch.Tensor:
+    """Beam search's length normalisation: log p(Y | x) / |Y|^alpha, elementwise.
+
+    log_probs (...) are total log-probabilities of finished hypotheses, lengths (...) (integer or
+    float, broadcastable to log_probs) their numbers of generated tokens, EOS included (>= 1).
+    alpha >= 0: 0 leaves the totals as they are (which favours short outputs), 1 gives the mean
+    log-probability per token. Returns the scores in log_probs' dtype. GNMT (Wu et al. 2016)
+    divides by ((5 + |Y|) / 6)^alpha instead, a softer form of the same idea.
+    """
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if (lengths < 1).any():
+        raise ValueError(f"every length must be at least 1 (EOS counts), got {lengths.min()}")
+    return log_probs / lengths.to(log_probs.dtype) ** alpha
+
+
 @torch.no_grad()
 def beam_search(
     model: Transformer,
@@ -253,15 +271,15 @@ def beam_search(
     max_len: int,
     beam_size: int = 4,
     length_penalty: float = 0.0,
+    normalise: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, float]:
     """Beam search for one source sequence src (1, L_s) or (L_s,).
 
     Keeps the `beam_size` best prefixes by total log-probability. A prefix that emits EOS is
     finished; after `max_len` new tokens the unfinished ones are finished too. The winner maximises
-    score / len^length_penalty, len the number of generated tokens (EOS included): plain length
-    normalisation with exponent alpha = length_penalty (0: the total log-probability, which
-    favours short outputs; 1: the mean log-probability per token). GNMT (Wu et al. 2016) divides
-    by ((5 + len) / 6)^alpha instead, a softer form of the same idea.
+    `normalise(score, len, length_penalty)`, len the number of generated tokens (EOS included);
+    by default `length_normalised_score`, score / len^length_penalty (lesson 07's exercise 4 writes
+    it; pass the student's version as `normalise`).
     Returns (tokens (1 + n,) starting with BOS, score).
     """
     if src.dim() == 1:
@@ -270,13 +288,10 @@ def beam_search(
         raise ValueError(f"beam_search decodes one sequence at a time, got batch {src.shape[0]}")
     if length_penalty < 0:
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
+    normalise = normalise or length_normalised_score
     memory, src_mask = model.encode(src)
     beams = [(torch.tensor([bos_id], device=src.device), 0.0)]
     finished: list[tuple[torch.Tensor, float]] = []
-
-    def normalised(item):
-        tokens, score = item
-        return score / (len(tokens) - 1) ** length_penalty
 
     for _ in range(max_len):
         ys = torch.stack([t for t, _ in beams])
@@ -297,5 +312,7 @@ def beam_search(
         if not beams:
             break
     finished.extend(beams)
-    best = max(finished, key=normalised)
+    scores = torch.tensor([score for _, score in finished], dtype=torch.float64)
+    lengths = torch.tensor([len(tokens) - 1 for tokens, _ in finished])
+    best = finished[int(normalise(scores, lengths, length_penalty).argmax())]  # the first on a tie
     return best[0], best[1]

@@ -17,7 +17,7 @@ outputs instead, so exact match measures the model as it is really used.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -137,15 +137,16 @@ def translate(
     beam_size: int | None = None,
     batch_size: int = 256,
     length_penalty: float = 0.0,
+    normalise: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None,
 ) -> list[str]:
     """Decode each source string free-running: greedy (beam_size=None) or beam search.
 
     max_len bounds the number of generated tokens (EOS included). length_penalty is beam search's
-    alpha (see `beam_search`). Runs in eval mode on the model's device and restores the mode
-    afterwards.
+    alpha and `normalise` its length normalisation (see `beam_search`). Runs in eval mode on the
+    model's device and restores the mode afterwards.
     """
-    if beam_size is None and length_penalty != 0.0:
-        raise ValueError("length_penalty applies to beam search only: give beam_size too")
+    if beam_size is None and (length_penalty != 0.0 or normalise is not None):
+        raise ValueError("length_penalty and normalise apply to beam search only: give beam_size")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -160,7 +161,14 @@ def translate(
                 for row in src:
                     row = row[row != vocab.pad_id]  # one sequence: no padding needed
                     tokens, _ = beam_search(
-                        model, row, vocab.bos_id, vocab.eos_id, max_len, beam_size, length_penalty
+                        model,
+                        row,
+                        vocab.bos_id,
+                        vocab.eos_id,
+                        max_len,
+                        beam_size,
+                        length_penalty,
+                        normalise=normalise,
                     )
                     out.append(vocab.decode(tokens.cpu()))
     finally:

@@ -1,4 +1,4 @@
-"""Lesson 07 checks: DecoderBlock and greedy_decode.
+"""Lesson 07 checks: DecoderBlock, greedy_decode, label_smoothed_loss, length_normalised_score.
 
 Correct implementations written the way a student would pass; catalogued mistakes are named (the
 generic catalogue test lives in test_check.py); further wrong variants are caught; forbidden
@@ -371,3 +371,73 @@ def test_label_smoothed_loss_may_not_call_cross_entropy_or_the_reference():
     for cheat in (via_pytorch, via_module, seq2seq.label_smoothed_loss):
         with pytest.raises(check.ImplementThisYourself):
             check.label_smoothed_loss(cheat)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exercise 4: length_normalised_score.
+
+
+def good_length_score(log_probs, lengths, alpha):
+    return log_probs / lengths.to(log_probs.dtype) ** alpha
+
+
+def good_length_score_via_log(log_probs, lengths, alpha):
+    """exp(-alpha log |Y|) as a factor: the same number, written another way."""
+    return log_probs * torch.exp(-alpha * torch.log(lengths.to(log_probs.dtype)))
+
+
+@pytest.mark.parametrize("good", [good_length_score, good_length_score_via_log])
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+def test_good_length_normalised_score_passes(good, thorough, capsys):
+    assert check.length_normalised_score(good, thorough=thorough) is None
+    assert "✓ length_normalised_score" in capsys.readouterr().out
+
+
+LENGTH_KEYS = [m.key for m in check.EXERCISES["length_normalised_score"].mistakes]
+
+
+@pytest.mark.parametrize("key", LENGTH_KEYS)
+def test_every_length_mistake_is_named_by_the_visible_check(key):
+    mistake = check.EXERCISES["length_normalised_score"].mistake(key)
+    with pytest.raises(check.CheckFailed) as info:
+        check.length_normalised_score(mistake.impl)
+    assert info.value.mistake == mistake.sentence
+
+
+def _length_detached(log_probs, lengths, alpha):
+    return good_length_score(log_probs, lengths, alpha).detach()
+
+
+def _length_fixed_alpha(log_probs, lengths, alpha):
+    """Ignores the alpha argument (always the Transformer paper's 0.6)."""
+    return good_length_score(log_probs, lengths, 0.6)
+
+
+def _length_float32(log_probs, lengths, alpha):
+    """The result in float32 whatever log_probs' dtype."""
+    return good_length_score(log_probs.float(), lengths, alpha)
+
+
+@pytest.mark.parametrize(
+    "wrong,message",
+    [
+        (_length_detached, "gradient"),
+        (_length_fixed_alpha, "scores differs"),
+        (_length_float32, "dtype"),
+    ],
+    ids=["detached", "fixed-alpha", "float32"],
+)
+def test_other_wrong_length_scores_are_caught(wrong, message):
+    with pytest.raises(check.CheckFailed, match=message):
+        check.length_normalised_score(wrong, thorough=True)
+
+
+def test_length_normalised_score_may_not_call_the_reference():
+    from transformer_lab import encoder_decoder
+
+    def wraps_it(log_probs, lengths, alpha):
+        return encoder_decoder.length_normalised_score(log_probs, lengths, alpha)
+
+    for cheat in (encoder_decoder.length_normalised_score, wraps_it):
+        with pytest.raises(check.ImplementThisYourself):
+            check.length_normalised_score(cheat)

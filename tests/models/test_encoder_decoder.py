@@ -17,6 +17,7 @@ from transformer_lab.encoder_decoder import (
     TransformerConfig,
     beam_search,
     greedy_decode,
+    length_normalised_score,
 )
 
 PAD, BOS, EOS = 0, 1, 2
@@ -135,10 +136,11 @@ def sequence_log_prob(model, src, tokens) -> float:
     return log_probs[torch.arange(len(tokens)), torch.tensor(tokens)].sum().item()
 
 
-def brute_force_search(model, src, max_len, length_penalty=0.0):
+def brute_force_search(model, src, max_len, length_penalty=0.0, key=None):
     """The best sequence among all of length 1..max_len in which only the last token may be EOS
     (finished), plus the unfinished ones of length max_len, by summed log-probability divided by
-    length**length_penalty; returned with its summed log-probability.
+    length**length_penalty (or by `key(score, length, length_penalty)`); returned with its summed
+    log-probability.
 
     Every candidate is a prefix of one of the V**max_len sequences of length max_len, so one
     batched teacher-forced pass scores them all.
@@ -159,9 +161,12 @@ def brute_force_search(model, src, max_len, length_penalty=0.0):
                 break  # only the last token may be EOS
             if prefix[-1] != EOS and length < max_len:
                 continue  # unfinished and shorter than max_len: not a final hypothesis
-            key = scores[length - 1] / length**length_penalty
-            if key > best_key:
-                best_tokens, best_score, best_key = prefix, scores[length - 1], key
+            if key is None:
+                ranked = scores[length - 1] / length**length_penalty
+            else:
+                ranked = key(scores[length - 1], length, length_penalty)
+            if ranked > best_key:
+                best_tokens, best_score, best_key = prefix, scores[length - 1], ranked
     return best_tokens, best_score
 
 
@@ -299,3 +304,32 @@ def test_model_learns_to_copy():
     exact = (out[:, 1:] == tgt_out).all(dim=1).float().mean().item()
     assert loss.item() < 0.1
     assert exact > 0.85, f"exact match {exact:.2f}"
+
+
+def test_length_normalised_score_divides_by_the_length_to_the_alpha():
+    log_probs = torch.tensor([-1.2, -1.8, -3.0], dtype=torch.float64)
+    lengths = torch.tensor([3, 5, 1])
+    assert torch.equal(length_normalised_score(log_probs, lengths, 0.0), log_probs)
+    assert torch.allclose(
+        length_normalised_score(log_probs, lengths, 1.0),
+        torch.tensor([-0.4, -0.36, -3.0], dtype=torch.float64),
+    )
+    assert length_normalised_score(log_probs.float(), lengths, 0.6).dtype == torch.float32
+    with pytest.raises(ValueError, match="alpha"):
+        length_normalised_score(log_probs, lengths, -0.5)
+    with pytest.raises(ValueError, match="at least 1"):
+        length_normalised_score(log_probs, torch.tensor([3, 0, 1]), 1.0)
+
+
+def test_beam_search_ranks_with_the_normalise_it_is_given():
+    """GNMT's ((5 + |Y|) / 6)^alpha through `normalise`: the winner is brute force's under it."""
+
+    def gnmt(log_probs, lengths, alpha):
+        return log_probs / ((5 + lengths) / 6) ** alpha
+
+    for seed in range(3):
+        model = tiny_model(vocab=4, seed=seed)
+        src = random_tokens(1, 4, 4, seed=seed)
+        tokens, score = beam_search(model, src, BOS, EOS, 3, 64, 2.0, normalise=gnmt)
+        best, best_score = brute_force_search(model, src, 3, 2.0, key=gnmt)
+        assert tokens[1:].tolist() == best and score == pytest.approx(best_score, abs=1e-9)

@@ -1,4 +1,5 @@
-"""Lesson 01's practice questions: the relative clause (counted) and the drop-in question (letters).
+"""Lesson 01's practice questions: the relative clause (counted), the drop-in question (letters) and
+Transformer vs LSTM (one letter).
 
 Every wrong answer fails, and each catalogued one is named: all 31 letter sets but the right one,
 and the off-by-one counts a student makes."""
@@ -8,9 +9,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 from transformer_lab import check
-from transformer_lab.check import lesson01
+from transformer_lab.check import lesson01, lesson01_lstm
 from transformer_lab.check.answers import letters
 
 RIGHT_JOHN = {"answer": "B", "rnn_steps": 11, "attention_layers": 1}
@@ -121,3 +123,45 @@ def test_letters_reads_the_usual_ways_of_writing_them():
     assert letters("q", "(c)", "ABCD") == "C"
     assert letters("q", "e, a; C", "ABCDE", many=True) == "ACE"
     assert letters("q", "AAC", "ABCDE", many=True) == "AC"
+
+
+# ---------------------------------------------------------------------------------------------
+# Practice 3: Transformer vs LSTM (one letter; check/lesson01_lstm.py).
+
+
+def test_the_lstm_question_takes_b_in_any_usual_form(capsys):
+    for answer in ("B", "b", "(b)", " (B) "):
+        assert check.practice_lstm(answer) is None
+        assert check.practice_lstm(answer, thorough=True) is None
+    assert "✓ practice_lstm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("letter", ["A", "C", "D"])
+def test_each_wrong_lstm_letter_is_named_with_its_reason(letter):
+    failure = _named(check.practice_lstm, letter)
+    assert failure.problem == f"({letter}) is not the correct statement"
+    assert failure.mistake == lesson01_lstm._lstm_mistakes()[letter].sentence
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [(None, "replace the None"), (2, "in quotes"), ("BC", "exactly one"), ("E", "letters A, B")],
+)
+def test_bad_forms_of_the_lstm_answer_say_what_to_write(value, message):
+    assert message in str(_named(check.practice_lstm, value))
+
+
+def test_the_lstm_answer_is_not_written_yet_in_one_line():
+    with pytest.raises(check.NotWrittenYet, match="is not written yet"):
+        check.practice_lstm(...)
+
+
+def test_the_weight_counts_the_lstm_sentences_quote_are_pytorchs():
+    """(C)'s reason: 8·d² weights in an LSTM layer, 12·d² in a Transformer layer (d_ff = 4·d)."""
+    d = 16
+    lstm = torch.nn.LSTM(d, d)
+    layer = torch.nn.TransformerEncoderLayer(d, 4, dim_feedforward=4 * d)
+    matrices = [p for name, p in layer.named_parameters() if p.dim() == 2]
+    assert lstm.weight_ih_l0.numel() + lstm.weight_hh_l0.numel() == 8 * d * d
+    assert sum(p.numel() for p in matrices) == 12 * d * d
+    assert f"{12 * 512 * 512:,}" in lesson01_lstm._lstm_mistakes()["C"].sentence

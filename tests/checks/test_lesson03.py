@@ -1,4 +1,4 @@
-"""Lesson 03 checks: split_heads, merge_heads, MultiHeadAttention.
+"""Lesson 03 checks: split_heads, merge_heads, MultiHeadAttention; the practice_thinking question.
 
 Correct implementations written the way a student would pass; wrong ones beyond the catalogue
 fail; forbidden built-ins and the reference itself are refused.
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab import check, multihead
-from transformer_lab.check import CheckFailed, ImplementThisYourself
+from transformer_lab.check import CheckFailed, ImplementThisYourself, lesson03_thinking
 
 
 def good_split(x, n_heads):
@@ -257,3 +257,85 @@ def test_visible_check_applies_a_mask():
         check.MultiHeadAttention(ignored.impl)
     assert info.value.mistake == ignored.sentence
     assert "causal mask" in info.value.case
+
+
+# ---------------------------------------------------------------------------------------------
+# Practice: the Thinking Machines weights (check/lesson03_thinking.py).
+
+RIGHT_THINKING = {"weights": (0.88, 0.12), "answer": "C"}
+
+
+def _thinking_failure(value) -> CheckFailed:
+    with pytest.raises(CheckFailed) as info:
+        check.practice_thinking(value)
+    return info.value
+
+
+def test_the_thinking_weights_are_lecture_02s():
+    """softmax(112 / 8, 96 / 8), as lecture 02 computes it; they round to the deck's (C)."""
+    right = lesson03_thinking.thinking_weights()
+    assert right == pytest.approx(torch.softmax(torch.tensor([14.0, 12.0]), 0).tolist(), abs=1e-6)
+    assert [round(w, 2) for w in right] == list(lesson03_thinking.OPTIONS["C"])
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [(0.88, 0.12), [0.881, 0.119], torch.softmax(torch.tensor([14.0, 12.0]), 0)],
+    ids=["rounded", "list", "tensor"],
+)
+def test_right_thinking_answers_pass(weights, capsys):
+    for thorough in (False, True):
+        assert check.practice_thinking({"weights": weights, "answer": "(c)"}, thorough) is None
+    assert "✓ practice_thinking" in capsys.readouterr().out
+
+
+def test_whole_numbers_are_weights_too():
+    failure = _thinking_failure({"weights": (1, 0), "answer": "C"})
+    assert failure.mistake == lesson03_thinking._weight_mistakes()["no-scale"].sentence
+
+
+THINKING_SLIPS = ["no-scale", "scaled-by-d_k", "no-softmax", "swapped", "uniform"]
+
+
+@pytest.mark.parametrize("key", THINKING_SLIPS)
+def test_each_wrong_pair_of_weights_is_named(key):
+    """Each slip's weights, computed and rounded to two decimals as a student writes them."""
+    weights = [round(w, 2) for w in lesson03_thinking.thinking_weights(how=key)]
+    failure = _thinking_failure({"weights": weights, "answer": "C"})
+    assert failure.mistake == lesson03_thinking._weight_mistakes()[key].sentence
+
+
+@pytest.mark.parametrize("letter", ["A", "B", "D"])
+def test_each_wrong_letter_is_named_when_the_weights_are_right(letter):
+    failure = _thinking_failure(dict(RIGHT_THINKING, answer=letter))
+    assert failure.mistake == lesson03_thinking._letter_mistakes()[letter].sentence
+
+
+def test_the_letter_alone_does_not_pass():
+    """A check that read only the letter (the weakened check) would pass these."""
+    for weights in [(0.86, 0.14), (0.5, 0.5), (0.12, 0.88)]:
+        assert (
+            "not the attention weights"
+            in _thinking_failure({"weights": weights, "answer": "C"}).problem
+        )
+    assert _thinking_failure({"weights": (0.7, 0.3), "answer": "C"}).mistake is None
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("C", "a dict"),
+        ({"answer": "C"}, "a dict"),
+        ({"weights": 0.88, "answer": "C"}, "two numbers"),
+        ({"weights": (0.88, 0.12, 0.0), "answer": "C"}, "two numbers"),
+        ({"weights": (True, False), "answer": "C"}, "two numbers"),
+        ({"weights": (0.88, 0.12), "answer": "CD"}, "exactly one"),
+    ],
+)
+def test_bad_forms_of_the_thinking_answer_say_what_to_write(value, message):
+    assert message in str(_thinking_failure(value))
+
+
+def test_the_thinking_answer_is_not_written_yet_in_one_line():
+    with pytest.raises(check.NotWrittenYet, match="is not written yet"):
+        check.practice_thinking(...)

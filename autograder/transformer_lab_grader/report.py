@@ -39,7 +39,7 @@ import nbformat
 
 from . import failures, manual, term
 from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
-from .records import load_class_records, stale_records
+from .records import load_class_records, load_records, stale_records
 from .submission import submission_sha256
 
 REPORT_FILES = ("report.html", "report.md", "score_distribution.png", "summary.json")
@@ -563,9 +563,8 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
         fallback=_lesson_exercises(assignment),
         untouched=submission_sha256(released) if released.is_dir() else "",
     )
-    summary["stale"] = dict(
-        sorted(stale_records(course, assignment, list(records.values())).items())
-    )
+    stale = stale_records(course, assignment, load_records(course, assignment))  # raw: digests
+    summary["stale"] = dict(sorted(stale.items()))
     settings = term.load(course)
     if settings.roster is not None:
         summary["roster"] = enrolled_class(summary, settings.roster, records)

@@ -21,7 +21,8 @@ Counting rules (all counts are *students*, never cells or lines of output):
   gradient, ...).
 Ungradable students are counted apart (with their reasons) and left out of the scores and rates.
 Students whose submissions are byte for byte the same (`identical_submissions`) are listed for
-the instructor to look at, never scored differently. A record file that cannot be read is listed under "Problems", never fatal.
+the instructor to look at, never scored differently. Records graded against another version of
+the lesson (`records.stale_records`) are listed with why, to regrade with `--force`. A record file that cannot be read is listed under "Problems", never fatal.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import nbformat
 
 from . import failures, manual, term
 from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
-from .records import load_class_records
+from .records import load_class_records, load_records, stale_records
 from .submission import submission_sha256
 
 REPORT_FILES = ("report.html", "report.md", "score_distribution.png", "summary.json")
@@ -468,6 +469,12 @@ def _sections(summary: dict) -> list[tuple[str, str, list[str], list[list[str]]]
             ],
         ),
         (
+            "Stale records (regrade with --force)",
+            "Graded against another version of the lesson than the one released now.",
+            ["student", "why"],
+            [[student, why] for student, why in s.get("stale", {}).items()],
+        ),
+        (
             "Problems",
             "Record files that could not be used.",
             ["problem"],
@@ -556,6 +563,8 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
         fallback=_lesson_exercises(assignment),
         untouched=submission_sha256(released) if released.is_dir() else "",
     )
+    stale = stale_records(course, assignment, load_records(course, assignment))  # raw: digests
+    summary["stale"] = dict(sorted(stale.items()))
     settings = term.load(course)
     if settings.roster is not None:
         summary["roster"] = enrolled_class(summary, settings.roster, records)

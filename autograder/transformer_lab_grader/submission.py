@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 
 from . import sandbox
+from .identities import EXCHANGE_FILES
 from .notebook_format import repair
 from .records import STUDENT_ID
 
@@ -29,12 +30,24 @@ class Ungradable(Exception):
 
 
 def submission_sha256(folder: Path) -> str:
-    """Digest of every file in the student's folder (names and bytes), in a stable order."""
+    """Digest of every file in the student's folder (names and bytes), in a stable order, but
+    the exchange's own `timestamp.txt` and `submission_secret.txt`: they differ for every
+    student and every submission, so two students handing in the same files would never have
+    the same digest (`report.identical_submissions`), nor the untouched release its own."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+    bookkeeping = exchange_bookkeeping(folder)
+    for path in sorted(
+        p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p not in bookkeeping
+    ):
         digest.update(str(path.relative_to(folder)).encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def exchange_bookkeeping(folder: Path) -> set[Path]:
+    """The files nbgrader's exchange adds to every submission (`identities` reads them): not the
+    student's work, so neither digested nor reported as extra files."""
+    return {Path(folder) / name for name in EXCHANGE_FILES.values()}
 
 
 def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
@@ -109,7 +122,8 @@ def prepare_submission(
                 f"expected {', '.join(missing)}; found several other notebooks "
                 f"({', '.join(p.name for p in others)}): cannot tell which one to grade"
             )
-    extra = [p for p in files if p not in chosen.values()] + links
+    bookkeeping = exchange_bookkeeping(folder)
+    extra = [p for p in files if p not in chosen.values() and p not in bookkeeping] + links
     if extra:
         shown = ", ".join(str(p.relative_to(folder)) for p in extra[:10])
         notes.append(f"ignored extra files: {shown}" + (" …" if len(extra) > 10 else ""))

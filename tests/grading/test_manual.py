@@ -3,10 +3,10 @@ part of the grades that export, report and feedback show, and no autograde run e
 
 Most tests grade no notebook: records are written directly (as `grade` writes them) over the
 tiny lesson with one written answer graded by hand (`why-answer`, 2 points). Each check keeps
-today's behaviour as a mutant that must fail it. One test (issue 23's goal) goes the whole way:
+today's behaviour as a mutant that must fail it. The whole way on real grading (issue 23's goal:
 `grade` on real submissions, the answer scored in nbgrader's gradebook as formgrader scores it,
-the score in both exports and the report beside the autograded ones, and still there after
-`grade --force`.
+the score in both exports, the report and the feedback, and still there after `grade --force`)
+is part of the scripted term, tests/grading/test_scripted_term.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_instructor_grade import NAME, TINY, _submissions, copy_of, tiny_course  # noqa: F401
+from test_instructor_grade import NAME, TINY, copy_of, tiny_course  # noqa: F401
 
 from transformer_lab_grader import cli, commands, feedback, manual, nbgrader_app
 from transformer_lab_grader import records as rec
@@ -36,10 +36,8 @@ WRITTEN = {  # an nbgrader "manually graded answer" cell: solution and grade, no
 }
 
 
-def add_written_answer(course: Path) -> None:
-    """Add the written answer to the tiny lesson's source and release it again."""
-    source = course / "solutions" / TINY / NAME
-    nb = nbformat.read(source, as_version=4)
+def with_written_answer(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The tiny lesson's source `nb` with the written answer appended."""
     answer = nbformat.v4.new_markdown_cell(
         "### BEGIN SOLUTION\nNo step waits for the previous one.\n\n"
         "Rubric: 2 points for saying so.\n### END SOLUTION",
@@ -47,7 +45,13 @@ def add_written_answer(course: Path) -> None:
     )
     answer["id"] = "why"
     nb.cells.append(answer)
-    nbformat.write(nb, source)
+    return nb
+
+
+def add_written_answer(course: Path) -> None:
+    """Add the written answer to the tiny lesson's source and release it again."""
+    source = course / "solutions" / TINY / NAME
+    nbformat.write(with_written_answer(nbformat.read(source, as_version=4)), source)
     nbgrader_app.generate(course, [TINY], quiet=True)
 
 
@@ -199,48 +203,3 @@ def test_a_manual_grade_for_an_older_submission_is_kept_and_named_in_the_report(
         f"amy: {WHY} was graded by hand for another submission than the one on record; look "
         "at it again (`grade-manual` or formgrader)"
     ]
-
-
-def _wide_scores(course: Path, tmp_path: Path) -> list[str]:
-    assert commands.export(course, tmp_path / "wide.csv", TINY, wide=True) == 0
-    rows = list(csv.reader(io.StringIO((tmp_path / "wide.csv").read_text())))
-    return [row[-1] for row in rows[1:]]  # Points Possible, then the students in order
-
-
-@pytest.mark.slow
-def test_formgrader_scores_a_graded_submission_and_grade_force_keeps_it(course, tmp_path):
-    """The whole manual-grading path on real grading (amy: add and mul right, 3 of 3 autograded
-    points), graded twice: once, then with --force."""
-    subs = _submissions(tmp_path / "subs", course, {"amy": ("return a + b", "return a * b")})
-    grade = [
-        "--course-dir",
-        str(course),
-        "grade",
-        TINY,
-        str(subs),
-        "--out",
-        str(tmp_path / "g.csv"),
-    ]
-    assert cli.main(grade) == 0
-    with nbgrader_app._gradebook(course) as gb:  # grading leaves the written answer to a person
-        assert gb.find_grade(WHY, TINY, TINY, "amy").manual_score is None
-    _formgrader(course, "amy", 1.5, "Right about the steps; say why that is slow.")
-    for run in ("graded", "after grade --force"):
-        if run != "graded":
-            assert cli.main([*grade, "--force"]) == 0
-        rows = _long(course, tmp_path)
-        amy = [rows["amy"][f"{TINY}/{gid}"] for gid in ("add-test", "mul-test", WHY)]
-        assert (amy, rows["amy"]["score"], rows["amy"]["max_score"]) == (
-            ["2", "1", "1.5"],
-            "4.5",
-            "5",
-        ), run
-        assert _wide_scores(course, tmp_path) == ["5", "4.5"], run
-        assert commands.report(course, TINY, tmp_path / "report") == 0
-        summary = json.loads((tmp_path / "report" / "summary.json").read_text())
-        assert summary["scores"] == {"amy": 4.5}, run
-        cells = {c["grade_id"]: c["passed"] for c in summary["cells"]}
-        assert cells == {"add-test": 1, "mul-test": 1, WHY: 0}, run
-    with nbgrader_app._gradebook(course) as gb:
-        assert gb.find_grade(WHY, TINY, TINY, "amy").manual_score == 1.5
-        assert gb.find_comment(WHY, TINY, TINY, "amy").manual_comment.startswith("Right about")

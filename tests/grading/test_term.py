@@ -8,7 +8,6 @@ Each check that today's behaviour failed keeps that behaviour as a mutant that m
 from __future__ import annotations
 
 import csv
-import datetime
 import io
 import json
 import os
@@ -20,8 +19,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, _zip, copy_of, tiny_course  # noqa: F401
-from test_manual import add_written_answer
-from test_resubmission import grade_without_a_sandbox
 
 from transformer_lab.notebook_setup import SETUP_ID
 from transformer_lab_grader import (
@@ -132,8 +129,48 @@ def test_the_exchange_keeps_the_submitted_at_time(tmp_path):
     assert got.identities["alice"]["submitted_at"] == "2026-11-21T09:00:00+00:00"
 
 
+def _exchange_copies(course: Path, tmp_path: Path) -> tuple[dict[str, str], list[str]]:
+    """Three students through the exchange: two hand in the same notebook, one the untouched
+    release. Their digests, and the notes grading's intake makes for one of them."""
+    from transformer_lab_grader.notebook_format import released_notebooks
+    from transformer_lab_grader.submission import prepare_submission
+
+    inbound = tmp_path / "exchange" / "transformer-lab" / "inbound"
+    same = nbformat.writes(_student_nb(course)).encode()
+    released = (course / "exercises" / TINY / NAME).read_bytes()
+    for student, data, hour in [("amy", same, 9), ("ben", same, 10), ("cat", released, 11)]:
+        stamp = f"2026-11-21 {hour:02d}:00:00.000000 UTC"
+        folder = inbound / f"{student}+{TINY}+{stamp}+r"
+        folder.mkdir(parents=True)
+        (folder / NAME).write_bytes(data)
+        (folder / "timestamp.txt").write_text(stamp)
+        (folder / "submission_secret.txt").write_text(f"secret-of-{student}")
+    collect.collect(tmp_path / "exchange", TINY, tmp_path / "out")
+    digests = {s: submission_sha256(tmp_path / "out" / s / TINY) for s in ("amy", "ben", "cat")}
+    digests["release"] = submission_sha256(course / "exercises" / TINY)
+    notes, _ = prepare_submission(
+        tmp_path / "out" / "amy" / TINY, released_notebooks(course, TINY), tmp_path / "prepared"
+    )
+    return digests, notes
+
+
+def test_the_exchange_files_are_not_the_students_work(course, tmp_path):
+    digests, notes = _exchange_copies(course, tmp_path)
+    assert digests["amy"] == digests["ben"]  # the report lists them as identical
+    assert digests["cat"] == digests["release"]  # the untouched release, not a copy
+    assert notes == []  # timestamp.txt and submission_secret.txt are no "ignored extra files"
+
+
+def test_digesting_the_exchange_files_fails_the_check(course, tmp_path, monkeypatch):
+    """Mutant: the exchange's timestamp and secret digested as the student's files (before)."""
+    from transformer_lab_grader import submission
+
+    monkeypatch.setattr(submission, "exchange_bookkeeping", lambda folder: set())
+    with pytest.raises(AssertionError):
+        test_the_exchange_files_are_not_the_students_work(course, tmp_path)
+
+
 def _cli(course: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    import os
     import sys
 
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -257,6 +294,14 @@ def test_a_changed_lesson_makes_its_records_stale_and_grade_says_which(course, t
     assert "already graded" in printed
     assert "warning: 2 records were graded against another version of 99_tiny" in printed
     assert "stale: amy: the lesson's solution, tests or points changed since" in printed
+    from transformer_lab_grader.report import build_report
+
+    build_report(course, TINY, tmp_path / "report")  # the class report lists them too
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["stale"] == dict.fromkeys(
+        ["amy", "ben"], "the lesson's solution, tests or points changed since"
+    )
+    assert "Stale records" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_an_explanation_changed_in_the_lesson_leaves_its_records_fresh(course):
@@ -560,155 +605,3 @@ def test_release_and_collect_use_the_configured_exchange(course, monkeypatch, tm
     (folder / NAME).write_bytes(b"{}")
     assert commands.collect(course, "exchange", TINY, None, None) == 0
     assert (course / "autograder" / "work" / "collected" / TINY / "amy" / TINY / NAME).is_file()
-
-
-# ----------------------------------------------------------------------------------------------
-# 6. The scripted term: seven students from a folder, two Canvas namesakes, a regrade, a
-# resubmission after it, a written answer graded by hand, a late file, an extension and a
-# non-submitter on the roster. Grading itself is the stand-in of test_resubmission (the scores
-# are in the files): what is tested is everything around it.
-
-DAY = "2026-11-{:02d}T{}:00+00:00"
-TERM_TOML = f"""
-[due]
-{TINY} = "2026-11-20T23:59:00+00:00"
-[extensions.{TINY}]
-erin = "2026-11-24T23:59:00+00:00"
-[late]
-percent_per_day = 10
-cap_percent = 50
-[roster]
-file = "roster.csv"
-missing = "zero"
-"""
-ROSTER = (
-    "student,name\nalice,Alice Ames\nbob,Bob Burr\ncarol,Carol Cox\ndave,Dave Dunn\n"
-    'erin,Erin Eck\nfrank,Frank Fox\ngina,Gina Gale\n111,"Smith, John"\n222,"Smith, John"\n'
-    "hank,Hank Hill\n"
-)
-FULL = {"add-test": 2, "mul-test": 1}
-FIRST_WEEK = {  # student: (scores, handed in)
-    "alice": (FULL, DAY.format(19, "10:00")),
-    "bob": ({"add-test": 2}, DAY.format(19, "11:00")),
-    "carol": ({}, DAY.format(19, "12:00")),
-    "dave": ({"mul-test": 1}, DAY.format(20, "09:00")),
-    "erin": (FULL, DAY.format(22, "12:00")),  # late, within her extension
-    "frank": (FULL, DAY.format(22, "10:00")),  # 2 started days late: -20%
-    "gina": ({}, DAY.format(20, "23:00")),
-}
-
-
-def _hand_in(root: Path, student: str, scores: dict, when: str) -> None:
-    folder = root / student / TINY
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / NAME).write_text(json.dumps(scores))
-    stamp = datetime.datetime.fromisoformat(when).timestamp()
-    os.utime(folder / NAME, (stamp, stamp))
-
-
-def _canvas_download(path: Path) -> Path:
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, scores in [("111_901", {"add-test": 2}), ("222_902", FULL)]:
-            info = zipfile.ZipInfo(f"smithjohn_{name}_{NAME}", (2026, 11, 20, 12, 0, 0))
-            zf.writestr(info, json.dumps(scores))
-    return path
-
-
-def _play_the_term(course: Path, tmp_path: Path, capsys) -> dict:
-    add_written_answer(course)
-    (course / "autograder" / "work").mkdir(parents=True, exist_ok=True)
-    (course / "autograder" / "work" / "term.toml").write_text(TERM_TOML)
-    (course / "autograder" / "work" / "roster.csv").write_text(ROSTER)
-    week = tmp_path / "week1"
-    for student, (scores, when) in FIRST_WEEK.items():
-        _hand_in(week, student, scores, when)
-    assert _grade(course, week, tmp_path / "g.csv") == 0
-    assert _grade(course, _canvas_download(tmp_path / "canvas.zip"), tmp_path / "g.csv") == 0
-    assert _grade(course, week, tmp_path / "g.csv", force=True) == 0  # a test fixed: --force
-    _hand_in(tmp_path / "week2", "carol", FULL, DAY.format(20, "20:00"))  # resubmits after it
-    assert _grade(course, tmp_path / "week2", tmp_path / "g.csv") == 0
-    capsys.readouterr()
-    assert _grade(course, week, tmp_path / "g.csv", force=True) == 0  # the old folder again
-    printed = capsys.readouterr().out
-    assert "carol: this submission (2026-11-19T12:00:00+00:00) is older" in printed
-    table = tmp_path / "grades-manual.csv"
-    table.write_text('student,grade_id,score,comment\nalice,why-answer,2,"Clear."\n')
-    assert commands.grade_manual(course, TINY, table) == 0
-    long = commands.export(course, tmp_path / "long.csv", TINY)
-    wide = commands.export(course, tmp_path / "wide.csv", TINY, wide=True)
-    assert (long, wide) == (0, 0)
-    assert commands.report(course, TINY, tmp_path / "report") == 0
-    assert commands.feedback(course, TINY, None, tmp_path / "feedback.zip") == 0
-    with zipfile.ZipFile(tmp_path / "feedback.zip") as zf:
-        pages = sorted(zf.namelist())
-    return {
-        "long": list(csv.reader(io.StringIO((tmp_path / "long.csv").read_text()))),
-        "wide": list(csv.reader(io.StringIO((tmp_path / "wide.csv").read_text()))),
-        "report": json.loads((tmp_path / "report" / "summary.json").read_text()),
-        "zip": pages,
-    }
-
-
-T = TINY
-TERM_LONG = [
-    ["student", "assignment", "score", "max_score", "status", "reason", "flags",
-     f"{T}/add-test", f"{T}/mul-test", f"{T}/why-answer",
-     "submitted_at", "due", "days_late", "penalty_percent", "penalised_score"],
-    ["111", T, "2", "5", "graded", "", "", "2", "0", "0",
-     DAY.format(20, "12:00"), DAY.format(20, "23:59"), "0", "0", "2"],
-    ["222", T, "3", "5", "graded", "", "", "2", "1", "0",
-     DAY.format(20, "12:00"), DAY.format(20, "23:59"), "0", "0", "3"],
-    ["alice", T, "5", "5", "graded", "", "", "2", "1", "2",
-     DAY.format(19, "10:00"), DAY.format(20, "23:59"), "0", "0", "5"],
-    ["bob", T, "2", "5", "graded", "", "", "2", "0", "0",
-     DAY.format(19, "11:00"), DAY.format(20, "23:59"), "0", "0", "2"],
-    ["carol", T, "3", "5", "graded", "", "", "2", "1", "0",
-     DAY.format(20, "20:00"), DAY.format(20, "23:59"), "0", "0", "3"],
-    ["dave", T, "1", "5", "graded", "", "", "0", "1", "0",
-     DAY.format(20, "09:00"), DAY.format(20, "23:59"), "0", "0", "1"],
-    ["erin", T, "3", "5", "graded", "", "", "2", "1", "0",
-     DAY.format(22, "12:00"), DAY.format(24, "23:59"), "0", "0", "3"],
-    ["frank", T, "3", "5", "graded", "", "", "2", "1", "0",
-     DAY.format(22, "10:00"), DAY.format(20, "23:59"), "2", "20", "2.4"],
-    ["gina", T, "0", "5", "graded", "", "", "0", "0", "0",
-     DAY.format(20, "23:00"), DAY.format(20, "23:59"), "0", "0", "0"],
-    ["hank", T, "0", "5", "missing", "no submission", "", "", "", "",
-     "", DAY.format(20, "23:59"), "", "", "0"],
-]  # fmt: skip
-TERM_WIDE = [
-    ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", T],
-    ["Points Possible", "", "", "", "", "5"],
-    ["Alice Ames", "", "", "alice", "", "5"],
-    ["Bob Burr", "", "", "bob", "", "2"],
-    ["Carol Cox", "", "", "carol", "", "3"],
-    ["Dave Dunn", "", "", "dave", "", "1"],
-    ["Erin Eck", "", "", "erin", "", "3"],
-    ["Frank Fox", "", "", "frank", "", "2.4"],
-    ["Gina Gale", "", "", "gina", "", "0"],
-    ["Hank Hill", "", "", "hank", "", "0"],
-    ["Smith, John", "111", "", "", "", "2"],
-    ["Smith, John", "222", "", "", "", "3"],
-]  # fmt: skip
-
-
-def test_the_scripted_term(course, tmp_path, capsys, monkeypatch):
-    grade_without_a_sandbox(monkeypatch)
-    term = _play_the_term(course, tmp_path, capsys)
-    assert term["long"] == TERM_LONG
-    assert term["wide"] == TERM_WIDE
-    changes = {c["student"]: (c["before"], c["after"], c["why"]) for c in term["report"]["changes"]}
-    assert changes == {
-        "alice": (3.0, 5.0, "--force"),  # 5 now: the written answer graded by hand
-        "bob": (2.0, 2.0, "--force"),
-        "carol": (0.0, 3.0, "new submission"),
-        "dave": (1.0, 1.0, "--force"),
-        "erin": (3.0, 3.0, "--force"),
-        "frank": (3.0, 3.0, "--force"),
-        "gina": (0.0, 0.0, "--force"),
-    }
-    assert term["report"]["roster"]["missing"] == ["hank"]
-    assert term["report"]["scores"]["alice"] == 5.0
-    assert term["zip"] == [
-        f"smithjohn_111_901_{TINY}_feedback.html",
-        f"smithjohn_222_902_{TINY}_feedback.html",
-    ]

@@ -1,14 +1,18 @@
 """The course GPT against a nanoGPT-architecture model: one training step, interleaved.
 
-  nanoGPT  written here from the architecture (not copied): token + position embeddings, blocks
-           x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with nn.LayerNorm, one fused qkv
-           nn.Linear(d, 3d), F.scaled_dot_product_attention(is_causal=True), an MLP
-           d -> 4d -> d with GELU, a final nn.LayerNorm and the output layer tied to wte.
+  nanoGPT  nanoGPT's model.py (karpathy/nanoGPT, bias=True as GPT-2, dropout=0.0) written again
+           here, line for line where it costs time: token + position embeddings (`arange`), its
+           Dropout(0.0) after them, blocks x = x + attn(ln_1(x)), x = x + mlp(ln_2(x)) with its
+           LayerNorm (F.layer_norm), one fused qkv nn.Linear(d, 3d), F.scaled_dot_product_attention
+           (is_causal=True), `.contiguous().view`, c_proj and its Dropout(0.0); an MLP
+           d -> 4d -> d with nn.GELU and its Dropout(0.0); a final LayerNorm, the output layer
+           tied to wte, and the loss inside forward(idx, targets) as nanoGPT computes it.
            A second copy uses GPT-2's tanh GELU (Hugging Face GPT-2's function, slower on a CPU
-           than the exact GELU nanoGPT uses).
+           than the exact GELU nanoGPT uses). --twin-ab adds the twin this script used before
+           2026-11-27, which skipped the Dropout(0.0) modules nanoGPT calls.
   course   transformer_lab.gpt.GPT with GPTConfig's defaults (the fused kernels, the exact GELU:
            nanoGPT's architecture), and the same with `activation="gelu_tanh"`, GPT-2's (what
-           `GPT.from_hf` sets).
+           `GPT.from_hf` sets); its loss is `GPT.loss`.
   explicit the course GPT with `set_explicit(model)`: the written-out attention and LayerNorm.
 
 Shape: nanoGPT's CPU configuration (4 layers, 4 heads, d_model 128, block 64, batch 12) on a
@@ -44,28 +48,46 @@ from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 N_LAYERS, N_HEADS, D_MODEL, BLOCK, BATCH, VOCAB = 4, 4, 128, 64, 12, 65
 
 
-class NanoAttention(nn.Module):
-    def __init__(self, d: int, h: int):
+class NanoLayerNorm(nn.Module):
+    """nanoGPT's LayerNorm (with its bias, as GPT-2's): F.layer_norm with eps 1e-5."""
+
+    def __init__(self, d: int):
         super().__init__()
-        self.h = h
-        self.qkv = nn.Linear(d, 3 * d)
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class NanoAttention(nn.Module):
+    """nanoGPT's CausalSelfAttention, its flash branch (the one PyTorch >= 2 runs)."""
+
+    def __init__(self, d: int, h: int, dropout: float = 0.0, faithful: bool = True):
+        super().__init__()
+        self.h, self.dropout, self.faithful = h, dropout, faithful
+        self.qkv = nn.Linear(d, 3 * d)  # nanoGPT's c_attn
         self.w_o = nn.Linear(d, d)  # nanoGPT's c_proj; the course's name (GPT's init scales it)
+        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
         B, T, d = x.shape
         q, k, v = (
             t.view(B, T, self.h, d // self.h).transpose(1, 2) for t in self.qkv(x).split(d, dim=2)
         )
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.w_o(y.transpose(1, 2).reshape(B, T, d))
+        p = self.dropout if self.training else 0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        y = self.w_o(y.transpose(1, 2).contiguous().view(B, T, d))
+        return self.resid_dropout(y) if self.faithful else y
 
 
 class OneQKVAttention(NanoAttention):
     """nanoGPT's attention (one qkv parameter) as a course part: attention(d_model, n_heads,
-    dropout=p), called with the causal mask and is_causal. For --attention-ab only."""
+    dropout=p), called with the causal mask and is_causal (the course's block applies the
+    dropout after it). For --attention-ab only."""
 
     def __init__(self, d: int, h: int, dropout: float = 0.0):
-        super().__init__(d, h)
+        super().__init__(d, h, dropout, faithful=False)
 
     def forward(self, x, mask=None, is_causal=False):
         assert is_causal, "the plain causal mask only"
@@ -73,32 +95,56 @@ class OneQKVAttention(NanoAttention):
 
 
 class NanoBlock(nn.Module):
-    def __init__(self, d: int, h: int, gelu: str):
+    """nanoGPT's Block with its MLP (c_fc, nn.GELU, c_proj, Dropout) written inline."""
+
+    def __init__(self, d: int, h: int, gelu: str, faithful: bool):
         super().__init__()
-        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = NanoAttention(d, h)
+        self.ln_1, self.ln_2 = NanoLayerNorm(d), NanoLayerNorm(d)
+        self.attn = NanoAttention(d, h, faithful=faithful)
         self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-        self.gelu = gelu
+        self.gelu, self.dropout = nn.GELU(approximate=gelu), nn.Dropout(0.0)
+        self.faithful = faithful
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.out(F.gelu(self.fc(self.ln_2(x)), approximate=self.gelu))
+        y = self.out(self.gelu(self.fc(self.ln_2(x))))
+        return x + (self.dropout(y) if self.faithful else y)
 
 
 class NanoGPT(nn.Module):
-    def __init__(self, vocab: int, block: int, d: int, h: int, n_layers: int, gelu: str = "none"):
+    """nanoGPT's GPT at dropout 0.0: its forward(idx, targets) returns the loss as nanoGPT's does.
+    faithful=False leaves out the Dropout(0.0) modules nanoGPT calls (this benchmark's twin
+    before 2026-11-27; --twin-ab)."""
+
+    def __init__(
+        self,
+        vocab: int,
+        block: int,
+        d: int,
+        h: int,
+        n_layers: int,
+        gelu: str = "none",
+        faithful: bool = True,
+    ):
         super().__init__()
+        self.block_size, self.faithful = block, faithful
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(NanoBlock(d, h, gelu) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d)
+        self.drop = nn.Dropout(0.0)
+        self.blocks = nn.ModuleList(NanoBlock(d, h, gelu, faithful) for _ in range(n_layers))
+        self.ln_f = NanoLayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         self.head.weight = self.wte.weight
 
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+    def forward(self, idx, targets):
+        b, t = idx.size()
+        assert t <= self.block_size, f"Cannot forward sequence of length {t}"
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        x = self.drop(x) if self.faithful else x
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 
 def copy_weights(course: GPT, nano: NanoGPT) -> None:
@@ -138,7 +184,8 @@ def one_qkv_twin(course: GPT) -> GPT:
 
 
 def loss_of(model, x, y):
-    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    """Each model's own loss: the course GPT's `loss`, nanoGPT's forward(idx, targets)."""
+    return model.loss(x, y) if isinstance(model, GPT) else model(x, y)
 
 
 def step(model, opt, x, y) -> tuple[float, float]:
@@ -164,7 +211,7 @@ def measure(models, opts, names, x, y, warmup: int, steps: int):
     return wall, cpu
 
 
-def build(attention_ab: bool = False):
+def build(attention_ab: bool = False, twin_ab: bool = False):
     torch.manual_seed(0)
     cfg = GPTConfig(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS)  # the defaults, at these sizes
     course = GPT(cfg)
@@ -177,6 +224,10 @@ def build(attention_ab: bool = False):
     explicit = set_explicit(GPT(cfg))
     explicit.load_state_dict(course.state_dict())
     twins = {"course GPT, one qkv parameter": one_qkv_twin(course)} if attention_ab else {}
+    if twin_ab:
+        minimal = NanoGPT(VOCAB, BLOCK, D_MODEL, N_HEADS, N_LAYERS, faithful=False)
+        copy_weights(course, minimal)
+        twins["nanoGPT without its Dropout(0.0) calls"] = minimal
     return {
         "nanoGPT": nano,
         "nanoGPT, tanh GELU": nano_tanh,
@@ -198,9 +249,14 @@ def main() -> None:
         action="store_true",
         help="also the course GPT with nanoGPT's attention (one qkv parameter) as its part",
     )
+    parser.add_argument(
+        "--twin-ab",
+        action="store_true",
+        help="also nanoGPT without the Dropout(0.0) modules it calls (the twin before 2026-11-27)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    models = build(args.attention_ab)
+    models = build(args.attention_ab, args.twin_ab)
     g = torch.Generator().manual_seed(1)
     x = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
     y = torch.randint(VOCAB, (BATCH, BLOCK), generator=g)
@@ -211,7 +267,7 @@ def main() -> None:
     assert abs(losses["nanoGPT"] - losses["course GPT, tanh GELU"]) < 1e-3, losses
     assert abs(losses["course GPT, explicit"] - losses["course GPT"]) < 1e-5, losses
     for name in models:
-        if "one qkv" in name:
+        if "one qkv" in name or "without" in name:
             assert abs(losses[name] - losses["course GPT"]) < 1e-5, losses
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     names = list(models)

@@ -257,9 +257,11 @@ class GPT(nn.Module):
 
     # -- the forward pass -------------------------------------------------------------------
 
-    def _positions(self, offset: int, L: int, device) -> torch.Tensor:
-        """Positions of L new tokens that follow `offset` cached ones: offset .. offset + L - 1."""
-        return torch.arange(offset, offset + L, device=device)
+    def _position_rows(self, offset: int, L: int) -> torch.Tensor:
+        """W_p's rows for L new tokens that follow `offset` cached ones: positions offset ..
+        offset + L - 1, (L, d_model). A slice of the table: the same numbers as
+        `wpe(torch.arange(offset, offset + L))` without building the indices each step."""
+        return self.wpe.weight[offset : offset + L]
 
     def _attention_mask(self, L_q: int, L_k: int, device) -> torch.Tensor | None:
         """Causal mask (L_q, L_k) for the last L_q of L_k positions; True = may attend.
@@ -289,8 +291,8 @@ class GPT(nn.Module):
                 f"{tuple(idx.shape)}) is longer than n_positions={self.n_positions}: crop the "
                 f"input to its last {self.n_positions} tokens (generate() does this)"
             )
-        positions = self._positions(offset, L, idx.device)
-        h = self.drop(self.wte(idx) + self.wpe(positions))  # h_0 = U W_e + W_p, (B, L, d_model)
+        W_p = self._position_rows(offset, L)
+        h = self.drop(self.wte(idx) + W_p)  # h_0 = U W_e + W_p, (B, L, d_model)
         mask = self._attention_mask(L, offset + L, idx.device)
         is_causal = mask is not None and offset == 0  # the plain causal mask: no cached prefix
         for i, block in enumerate(self.blocks):

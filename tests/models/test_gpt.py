@@ -396,11 +396,29 @@ def test_cache_gives_the_same_logits_as_recomputation(dtype):
     torch.testing.assert_close(cached_logits(model, idx, chunks), full, atol=tol, rtol=tol)
 
 
+def test_position_rows_equal_the_embedding_lookup(monkeypatch):
+    """hidden_states adds a slice of W_p: the same loss and gradients as nn.Embedding's lookup
+    of torch.arange (what nanoGPT runs)."""
+    idx = tokens(2, 10)
+
+    def loss_and_grads(model):
+        model.zero_grad()
+        model.loss(idx, shift_targets(idx)).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    model = make_gpt()
+    sliced = loss_and_grads(model)
+    lookup = lambda self, offset, L: self.wpe(torch.arange(offset, offset + L))  # noqa: E731
+    monkeypatch.setattr(GPT, "_position_rows", lookup)
+    for ours, theirs in zip(sliced, loss_and_grads(model)):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
 def test_mutant_positions_not_offset_by_the_cache(monkeypatch):
     model, idx = make_gpt(), tokens(2, 10)
     with torch.no_grad():
         full = model(idx)
-    monkeypatch.setattr(GPT, "_positions", lambda self, offset, L, device: torch.arange(L))
+    monkeypatch.setattr(GPT, "_position_rows", lambda self, offset, L: self.wpe.weight[:L])
     assert (cached_logits(model, idx, [4, 1, 1, 4]) - full).abs().max() > 1e-2
 
 

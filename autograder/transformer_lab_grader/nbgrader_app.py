@@ -188,13 +188,18 @@ def generate_here(assignment: str) -> None:
 
 def alembic_head() -> str:
     """The head revision of nbgrader's gradebook migrations, what `alembic heads` prints first."""
+    return migrations().get_current_head()
+
+
+def migrations():
+    """nbgrader's gradebook migrations (an alembic `ScriptDirectory`), read in this process."""
     from alembic.config import Config
     from alembic.script import ScriptDirectory
     from nbgrader.dbutil import ALEMBIC_DIR
 
     config = Config()
     config.set_main_option("script_location", ALEMBIC_DIR)
-    return ScriptDirectory.from_config(config).get_current_head()
+    return ScriptDirectory.from_config(config)
 
 
 def autograde_in_job(course: Path, assignment: str, student: str, job: Path, log) -> int:

@@ -7,20 +7,29 @@ traceback in a test cell to its final line: the error type and the check's own m
 says what differs without showing the hidden code. A failed check's short rendering (what the
 student saw in the notebook: the named mistake, what differs, the case and their own failing
 line, see `transformer_lab.check.feedback`) is kept as it is: it never quotes a test cell.
+
+`transformer_lab` is imported when feedback is made, not at import: every nbgrader command
+loads this module through `nbgrader_config.py`, and importing the course package imports torch
+and matplotlib (about 3 CPU s of each `generate_assignment`, benchmarks/history/journal.md §29).
 """
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
-
-from transformer_lab.check.feedback import is_rendered, strip_ansi
-from transformer_lab.notebook_setup import SETUP_ID
 
 RENDERED = {"CheckFailed", "ImplementThisYourself"}  # the errors a check renders short
 
 
 def _rendered(output) -> bool:
     """True for a failed check's short rendering (no frames, no test-cell source)."""
+    from transformer_lab.check.feedback import is_rendered
+
     return output.get("ename") in RENDERED and is_rendered(output.get("traceback") or [])
+
+
+def _plain(text: str) -> str:
+    from transformer_lab.check.feedback import strip_ansi
+
+    return strip_ansi(text)
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -43,6 +52,8 @@ class HideHiddenTests(NbGraderPreprocessor):
         return "\n".join(out)
 
     def preprocess(self, nb, resources):
+        from transformer_lab.notebook_setup import SETUP_ID
+
         nb.cells = [cell for cell in nb.cells if cell.get("id") != SETUP_ID]
         return super().preprocess(nb, resources)
 
@@ -61,5 +72,5 @@ class HideHiddenTests(NbGraderPreprocessor):
             for output in cell.get("outputs", []):
                 if output.get("output_type") == "error" and not _rendered(output):
                     message = f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
-                    output["traceback"] = [strip_ansi(message)]
+                    output["traceback"] = [_plain(message)]
         return cell, resources

@@ -404,6 +404,12 @@ def _plain(tmp: Path, course: Path, lesson: str) -> tuple[Path, float, float]:
     return notebook, wall, cpu
 
 
+def _boxed_cpu(records: list[dict]) -> float:
+    """The CPU seconds of the boxed students' processes, as each reported it (`cpu_timings`):
+    bubblewrap does not hand its box's CPU time up to the grader, so `_cpu` misses it."""
+    return sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
+
+
 def _submit(tmp: Path, lesson: str, name: str, nb) -> Path:
     import nbformat
 
@@ -443,8 +449,8 @@ def cost(lessons: list[str], students: int) -> None:
                 records, wall, cpu = _timed(
                     grade.grade, course, lesson, subs, quiet=True, force=True, isolate=isolate
                 )
-                if isolate:  # bubblewrap does not hand its box's CPU time up: as reported
-                    cpu += sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
+                if isolate:
+                    cpu += _boxed_cpu(records)
                 full = sum(r["score"] == r["max_score"] for r in records)
                 print(
                     f"| {lesson} | {label} | {p_wall:.2f} / {p_cpu:.2f} | {wall / students:.2f} | "
@@ -477,7 +483,7 @@ def first_grading(lessons: list[str], students: int = 3) -> None:
                 p_wall, p_cpu = p_wall + wall, p_cpu + cpu
             subs = _class(tmp / "class", lesson, students)
             records, g_wall, g_cpu = _timed(grade.grade, course, lesson, subs, quiet=True, jobs=1)
-            g_cpu += sum(r.get("cpu_timings", {}).get("student", 0.0) for r in records)
+            g_cpu += _boxed_cpu(records)
         full = sum(r["score"] == r["max_score"] for r in records)
         print(
             f"| {lesson} | {p_wall:.1f} / {p_cpu:.1f} | {g_wall:.1f} / {g_cpu:.1f} | "
@@ -524,6 +530,7 @@ def hang(lesson: str) -> None:
             subs = _submit(tmp, lesson, f"s{i:03d}", nb)
             records, wall, cpu = _timed(grade.grade, course, lesson, subs, quiet=True)
             r = next(r for r in records if r["student"] == f"s{i:03d}")
+            cpu += _boxed_cpu([r])
             print(
                 f"| {label} | {wall:.1f} | {cpu:.1f} | {r['score']:g}/{r['max_score']:g} | "
                 f"{(r['reason'] or '')[:160]} |",

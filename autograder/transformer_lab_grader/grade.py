@@ -30,6 +30,7 @@ same submission bytes (`submission_sha256`) unless `force`; a run killed half-wa
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
@@ -135,6 +136,7 @@ class Grader:
         self.cells = graded_cells(self.released)
         self.lock = threading.Lock()
         self._base: Path | None = None
+        self._base_lock = threading.Lock()
         self._limits: cell_limits.CellLimits | None = None
         self._count = 0
         self.run_dir: Path | None = None
@@ -195,7 +197,11 @@ class Grader:
             self.run_dir = Path(tempfile.mkdtemp(prefix="transformer-lab-grade-"))
             try:
                 self._start_worker()
+                # the gradebook prepared (in the worker) while the reference solution is timed
+                base = threading.Thread(target=self._prepare_base, daemon=True)
+                base.start()
                 self.say(f"time limits: {cell_limits.describe(self.time_limits())}")
+                base.join()
                 with concurrent.futures.ThreadPoolExecutor(self.jobs) as pool:
                     futures = [pool.submit(self._one, *job) for job in todo]
                     for future in concurrent.futures.as_completed(futures):
@@ -255,7 +261,7 @@ class Grader:
         """A gradebook with the assignment registered and nothing else: prepared once per
         source (cached under autograder/work/base_gradebooks/, keyed by the digest of the
         source notebooks and the autograder configuration), copied into every job."""
-        with self.lock:
+        with self._base_lock:  # not self.lock: it may run beside the reference timing
             if self._base is None:
                 digest = hashlib.sha256()
                 for path in sorted(
@@ -269,10 +275,7 @@ class Grader:
                 cached = cache / f"{self.assignment}-{digest.hexdigest()[:20]}.db"
                 if not cached.is_file():
                     made = nbgrader_app.prepare_gradebook(
-                        self.course,
-                        self.assignment,
-                        self.run_dir / "base",
-                        _env(self.run_dir / "base", self.run_dir / "base-home"),
+                        self.course, self.assignment, self.run_dir / "base", self._run_trusted
                     )
                     cache.mkdir(parents=True, exist_ok=True)
                     for old in cache.glob(f"{self.assignment}-*.db"):
@@ -281,6 +284,19 @@ class Grader:
                     cached.with_suffix(".tmp").replace(cached)
                 self._base = cached
             return self._base
+
+    def _run_trusted(self, command: list[str], cwd: Path) -> tuple[int | None, str]:
+        """A trusted command of the run's own (not a student's), launched as a job is (forked
+        from the pre-imported worker where there is one), in `cwd`, a folder of a course copy
+        under the run's folder: (exit code, its output's tail)."""
+        env = _env(cwd.parent, cwd.parent / "home")
+        result = self._launch(command, [], cwd=cwd, env=env, limits=self.limits, keep=cwd.parent)
+        return result.returncode, (result.stdout + result.stderr)[-3000:]
+
+    def _prepare_base(self) -> None:
+        """`base_gradebook` ahead of the first job; a failure is the first job's to report."""
+        with contextlib.suppress(Exception):
+            self.base_gradebook()
 
     def time_limits(self) -> cell_limits.CellLimits:
         """Each cell's time limit for this run (`cell_limits`): the instructor's fixed

@@ -146,9 +146,18 @@ def release_assignment(root: Path, assignment: str, exchange: Path, course_id: s
     )
 
 
-def prepare_gradebook(course: Path, assignment: str, base: Path, env: dict[str, str]) -> Path:
+# The base gradebook's `generate_assignment`, run as a grading job is (`grade.Grader._launch`:
+# forked from the pre-imported worker where there is one): sys.argv[1] is the assignment.
+PREPARE = (
+    "import sys; from transformer_lab_grader.nbgrader_app import generate_here; "
+    "generate_here(sys.argv[1])"
+)
+
+
+def prepare_gradebook(course: Path, assignment: str, base: Path, run) -> Path:
     """A fresh gradebook under `base` with the assignment registered (`generate_assignment` on
-    a copy of the autograder configuration and the source notebook); returns its path."""
+    a copy of the autograder configuration and the source notebook); returns its path.
+    `run(command, cwd)` runs the command and gives (exit code, output)."""
     (base / "autograder").mkdir(parents=True)
     for path in (course / "autograder").glob("*.py"):
         shutil.copy(path, base / "autograder" / path.name)
@@ -157,17 +166,40 @@ def prepare_gradebook(course: Path, assignment: str, base: Path, env: dict[str, 
         raise SystemExit(f"no solutions/{assignment}/: grading needs the source notebook")
     shutil.copytree(source, base / "solutions" / assignment)
     (base / "exercises").mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
-        cwd=base / "autograder",
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    code, output = run([sys.executable, "-c", PREPARE, assignment], base / "autograder")
     db = gradebook_path(base)
-    if result.returncode != 0 or not db.is_file():
-        raise RuntimeError(f"could not prepare the gradebook:\n{result.stdout}\n{result.stderr}")
+    if code != 0 or not db.is_file():
+        raise RuntimeError(f"could not prepare the gradebook (exit {code}):\n{output}")
     return db
+
+
+def generate_here(assignment: str) -> None:
+    """`nbgrader generate_assignment --force` in this process (its folder: the autograder/ of a
+    course copy), the new gradebook stamped with nbgrader's migration head read here
+    (`alembic_head`) instead of by nbgrader's `alembic heads` subprocess: a fresh interpreter
+    that imports nbgrader, about 6 CPU s (benchmarks/history/journal.md §29). Only for a process
+    of its own: it replaces `nbgrader.api.get_alembic_version` there."""
+    from nbgrader import api
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    api.get_alembic_version = alembic_head
+    NbGraderApp.launch_instance(argv=["generate_assignment", assignment, "--force"])
+
+
+def alembic_head() -> str:
+    """The head revision of nbgrader's gradebook migrations, what `alembic heads` prints first."""
+    return migrations().get_current_head()
+
+
+def migrations():
+    """nbgrader's gradebook migrations (an alembic `ScriptDirectory`), read in this process."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    config = Config()
+    config.set_main_option("script_location", ALEMBIC_DIR)
+    return ScriptDirectory.from_config(config)
 
 
 def autograde_in_job(course: Path, assignment: str, student: str, job: Path, log) -> int:

@@ -123,7 +123,8 @@ def _sample_specs(thorough: bool) -> list[tuple]:
             ("greedy", (2, 30), 0.0, 5),
             ("greedy", (1, 2), 0.0, None),
         ]
-    # the stated shape (B,) for a batch of one, visible too: a squeeze() would give a 0-d draw
+    # the stated shape (B,) for a batch of one, visible too: a squeeze() would give a 0-d draw;
+    # its logits are large (about 1000), where exp(logits) unnormalised overflows
     specs.append(("one-row", (1, 6), 1.0, None))
     return specs
 
@@ -184,6 +185,8 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
     kind, rows, temperature, top_k = spec
     seed = 5000 + i
     label = _describe_call(rows, temperature, top_k, _N_SAMPLES if kind == "sampled" else None)
+    if kind == "one-row":
+        label = label.replace("random logits", "random logits + 1000,")
     case = f"{label} {_where(dtype, device)}"
 
     def draw(logits):
@@ -194,7 +197,8 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
 
     if kind == "one-row":
         g = torch.Generator().manual_seed(seed)
-        got = draw(torch.randn(*rows, generator=g, dtype=torch.float64).to(device, dtype))
+        logits = torch.randn(*rows, generator=g, dtype=torch.float64) + 1000.0
+        got = draw(logits.to(device, dtype))
         problem = _draws_problem(got, rows[0], rows[1], device)
         return Finding(problem, case, "shape", ("shape", _shape_of(got))) if problem else None
     if kind == "greedy":

@@ -17,9 +17,9 @@ def online_right(scores, block_size):
     for s in range(0, scores.shape[-1], block_size):
         blk = scores[..., s : s + block_size]
         m_new = torch.maximum(m, blk.amax(-1))
-        ell = ell * torch.exp(_safe(m) - _safe(m_new)) * (~torch.isneginf(m)) + torch.exp(
-            blk - _safe(m_new)[..., None]
-        ).sum(-1)
+        # exp(m - m'), 0 while m is -inf (was exp(0 - m') * 0: NaN for rows below -709, the
+        # reference's own slip until the visible check gained its very-negative-scores case)
+        ell = ell * torch.exp(m - _safe(m_new)) + torch.exp(blk - _safe(m_new)[..., None]).sum(-1)
         m = m_new
     return torch.exp(scores - _safe(m)[..., None]) / ell[..., None]
 
@@ -33,9 +33,9 @@ def online_max_per_block(scores, block_size):
     for s in range(0, scores.shape[-1], block_size):
         blk = scores[..., s : s + block_size]
         m_new = torch.maximum(m, blk.amax(-1))
-        ell = ell * torch.exp(_safe(m) - _safe(m_new)) * (~torch.isneginf(m)) + torch.exp(
-            blk - _safe(m_new)[..., None]
-        ).sum(-1)
+        # exp(m - m'), 0 while m is -inf (was exp(0 - m') * 0: NaN for rows below -709, the
+        # reference's own slip until the visible check gained its very-negative-scores case)
+        ell = ell * torch.exp(m - _safe(m_new)) + torch.exp(blk - _safe(m_new)[..., None]).sum(-1)
         m = m_new
     for s in range(0, scores.shape[-1], block_size):
         blk = scores[..., s : s + block_size]
@@ -78,9 +78,9 @@ def online_off_by_one_blocks(scores, block_size):
     for s in range(0, max(L - 1, 1), block_size):
         blk = scores[..., s : s + block_size]
         m_new = torch.maximum(m, blk.amax(-1))
-        ell = ell * torch.exp(_safe(m) - _safe(m_new)) * (~torch.isneginf(m)) + torch.exp(
-            blk - _safe(m_new)[..., None]
-        ).sum(-1)
+        # exp(m - m'), 0 while m is -inf (was exp(0 - m') * 0: NaN for rows below -709, the
+        # reference's own slip until the visible check gained its very-negative-scores case)
+        ell = ell * torch.exp(m - _safe(m_new)) + torch.exp(blk - _safe(m_new)[..., None]).sum(-1)
         m = m_new
     return torch.exp(scores - _safe(m)[..., None]) / ell[..., None]
 

@@ -78,7 +78,7 @@ def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
     for start in range(0, L, block_size):
         x = scores[..., start : start + block_size]
         m_new = torch.maximum(m, x.amax(dim=-1))
-        alpha = torch.exp(_finite(m) - _finite(m_new))  # re-measures the old sum against m'
+        alpha = torch.exp(m - _finite(m_new))  # re-measures the old sum against m' (0 at first)
         row_sum = row_sum * alpha + torch.exp(x - _finite(m_new)[..., None]).sum(dim=-1)
         m = m_new
     return torch.exp(scores - _finite(m)[..., None]) / row_sum[..., None]
@@ -152,7 +152,7 @@ def _running_attention(q, k, v, mask, block_size):
             row_sum = s.new_zeros(s.shape[:-1])
             o = s.new_zeros((*s.shape[:-1], v.shape[-1]))
         m_new = torch.maximum(m, s.amax(dim=-1))
-        alpha = torch.exp(_finite(m) - _finite(m_new))  # rescales what was summed against m
+        alpha = torch.exp(m - _finite(m_new))  # rescales what was summed against m (0 at first)
         p = torch.exp(s - _finite(m_new)[..., None])
         row_sum = row_sum * alpha + p.sum(dim=-1)
         o = o * alpha[..., None] + p @ v_b

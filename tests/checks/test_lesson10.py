@@ -383,8 +383,14 @@ def test_int64_only_output_fails_on_int32_ids_with_a_clear_message():
     def always_long(tokens, mask_id, p=0.3, lam=3.0, generator=None):
         return infilling_gaps(tokens, mask_id, p, lam, generator).long()
 
-    assert check.text_infilling(always_long) is None  # the visible check uses int64 ids
-    _fails("text_infilling", always_long, "dtype torch.int64 but the input ids have dtype")
+    # the stated rule "the input's dtype" is visible too (issue 25): int32 ids in both checks
+    for thorough in (False, True):
+        _fails(
+            "text_infilling",
+            always_long,
+            "dtype torch.int64 but the input ids have dtype",
+            thorough,
+        )
 
 
 def test_list_output_and_wrong_signature_get_clear_messages():

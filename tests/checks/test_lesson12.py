@@ -27,14 +27,15 @@ NEG_INF = float("-inf")
 
 
 def softmax_running(scores, block_size):
-    """The textbook loop: running max and sum, the -inf max replaced by 0 with nan_to_num."""
+    """The textbook loop: running max and sum, the new max replaced by 0 while it is -inf (the
+    old one is not: exp(-inf - m') is the 0 it should be, where exp(0 - m') would overflow for a
+    row of very negative scores)."""
     m = torch.full(scores.shape[:-1], NEG_INF, dtype=scores.dtype, device=scores.device)
     l_run = torch.zeros_like(m)
     for x in torch.split(scores, block_size, dim=-1):
         m_new = torch.maximum(m, torch.max(x, dim=-1).values)
         shift = torch.where(m_new == NEG_INF, torch.zeros_like(m_new), m_new)
-        old = torch.where(m == NEG_INF, torch.zeros_like(m), m)
-        l_run = l_run * torch.exp(old - shift) + torch.exp(x - shift.unsqueeze(-1)).sum(-1)
+        l_run = l_run * torch.exp(m - shift) + torch.exp(x - shift.unsqueeze(-1)).sum(-1)
         m = m_new
     shift = torch.where(m == NEG_INF, torch.zeros_like(m), m)
     return torch.exp(scores - shift.unsqueeze(-1)) / l_run.unsqueeze(-1)

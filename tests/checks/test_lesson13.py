@@ -112,10 +112,16 @@ def test_the_first_visible_case_tells_every_mistake_apart():
     of different norms, B != d, exp(t) neither 1 nor t): the name given is the right one."""
     case = lesson13._clip_loss_cases(False)[0]
     inputs = case.make(torch.Generator().manual_seed(0))
-    values = [clip.clip_loss(**inputs).item()] + [m.impl(**inputs).item() for m in EX.mistakes]
+    # a clamp at 100 shows only above it: the visible case exp(logit_scale) = 200 tells it apart
+    mistakes = [m for m in EX.mistakes if m.key != "scale-clamped"]
+    values = [clip.clip_loss(**inputs).item()] + [m.impl(**inputs).item() for m in mistakes]
     for i, a in enumerate(values):
         for b in values[i + 1 :]:
             assert abs(a - b) > 1e-6, values
+    above = next(c for c in lesson13._clip_loss_cases(False) if "= 200" in c.label)
+    inputs = above.make(torch.Generator().manual_seed(0))
+    clamped = EX.mistake("scale-clamped").impl(**inputs).item()
+    assert abs(clamped - clip.clip_loss(**inputs).item()) > 1e-6
 
 
 def test_the_mutants_follow_the_contract_when_right():

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from . import compare, exercise
+from . import compare, exercise, generic
 from .devices import available_devices, settings
 from .exercise import Case, Exercise, fail
 from .forbid import ImplementThisYourself
@@ -84,20 +84,29 @@ class _TensorDriver(Driver):
         problem = compare.compare_outputs(expected, got, self.outputs, dtype, device)
         if problem:
             same = lambda a, b: compare.same_within_tolerance(a, b, dtype, device)  # noqa: E731
-            fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same))
+            sizes = _sizes(case, ref_leaves)
+            fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same, sizes))
         cot = compare.cotangents(expected, seed=7 + index)
         ref_grads = compare.backward(expected, cot, [v for _, v in ref_leaves])
         stu_grads = compare.backward(compare.as_tuple(got), cot, [v for _, v in stu_leaves])
         for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
             if rg is None:
                 continue
+            named = generic.name_gradient(rg, sg, key, output_right=True)
+            mistake = exercise.Mistake(*named) if named else None
             if sg is None:
-                fail(ex, self.no_grad.format(key=key), text)
+                fail(ex, self.no_grad.format(key=key), text, mistake)
             problem = compare.compare_tensor(
                 rg, sg, f"the gradient with respect to `{key}`", dtype, device
             )
             if problem:
-                fail(ex, problem, text)
+                fail(ex, problem, text, mistake)
+
+
+def _sizes(case: Case, leaves) -> set[int]:
+    """A case's sizes: its tensors' axes and its integer constructor arguments (d_model, ...)."""
+    sizes = {s for _, t in leaves for s in t.shape}
+    return sizes | {v for v in case.init.values() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _student_call(ex, student_obj, call, what: str, case_text: str | None = None):
@@ -242,8 +251,11 @@ class ExactDriver(Driver):
         got = _student_call(ex, student_fn, lambda: student_fn(*call.args, **call.kwargs), text)
         if self.equal(got, expected):
             return
+        values = [*call.args, *call.kwargs.values()]
+        sizes = {s for v in values if isinstance(v, torch.Tensor) for s in v.shape}
+        sizes |= {v for v in values if isinstance(v, int) and not isinstance(v, bool)}
         mistake = ex.diagnose(
-            lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal
+            lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal, sizes
         )
         if self.describe is not None:
             fail(ex, self.describe(expected, got), text, mistake)

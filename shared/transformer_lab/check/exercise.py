@@ -32,6 +32,7 @@ import torch
 
 from .. import registry
 from ..registry import EXERCISES
+from . import generic
 from .devices import exact_float32
 from .feedback import not_written_sentence, render, student_frames, unwritten, wrap
 from .forbid import ImplementThisYourself, forbid
@@ -291,8 +292,13 @@ class Exercise:
         with forbid(self.forbidden, student_obj, self.name):
             return call()
 
-    def diagnose(self, run_mistake: Callable, got, expected, same: Callable) -> Mistake | None:
-        """The catalogued mistake whose result equals the student's (and not the reference's).
+    def diagnose(
+        self, run_mistake: Callable, got, expected, same: Callable, sizes=()
+    ) -> Mistake | None:
+        """The catalogued mistake whose result equals the student's (and not the reference's);
+        failing that, the generic one that explains how the student's tensor relates to the
+        reference's (``check.generic``: transposed axes, a constant factor, ...; `sizes` are
+        the case's sizes, by which a factor such as √d_k is named).
 
         `run_mistake(impl)` runs one mistake on the failing case; `same(a, b)` compares results.
         A mistake that raises is skipped.
@@ -305,7 +311,8 @@ class Exercise:
                 continue
             if same(out, got) and not same(out, expected):
                 return mistake
-        return None
+        named = generic.name(got, expected, same, sizes)
+        return Mistake(*named) if named else None
 
 
 PRACTICE: dict[str, Callable] = {}

@@ -112,6 +112,15 @@ def _sdpa_nan_rows(q, k, v, mask=None):
     return w @ v, w
 
 
+def _sdpa_finite_fill(q, k, v, mask=None):
+    """Masked scores filled with -1e9: a fully masked row becomes uniform, not zero."""
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, -1e9)
+    w = torch.softmax(s, -1)
+    return w @ v, w
+
+
 def _sdpa_cases(thorough: bool) -> list[Case]:
     def case(batch, Lq, Lk, d_k, d_v, mask=None, scale=1.0, label=""):
         def make(g):
@@ -248,6 +257,13 @@ scaled_dot_product_attention = Exercise(
             "a query whose keys are all masked gets NaN weights; the contract asks for zeros "
             "there (e.g. weights.nan_to_num(0.0)).",
             _sdpa_nan_rows,
+        ),
+        Mistake(
+            "finite-fill",
+            "masked scores are filled with a large finite number (e.g. -1e9), so a query whose "
+            "keys are all masked gets uniform weights instead of zeros: fill with "
+            "float('-inf') and give such rows zero weights (nan_to_num(0.0)).",
+            _sdpa_finite_fill,
         ),
     ],
     driver=FunctionDriver(_sdpa_cases, outputs=("output", "weights")),

@@ -398,6 +398,26 @@ def _rope_positions_ignored(x, positions=None):
     return _rotate_pairs(x, cos, sin)
 
 
+def _rope_from_one(x, positions=None):
+    t = torch.arange(1, x.shape[-2] + 1) if positions is None else positions
+    cos, sin = _rope_angles(x, t)
+    return _rotate_pairs(x, cos, sin)
+
+
+def _rope_cos_sin_swapped(x, positions=None):
+    cos, sin = _rope_angles(x, positions)
+    return _rotate_pairs(x, sin, cos)
+
+
+def _rope_overwritten(x, positions=None):
+    """Writes the new even features into x first, then reads them back for the odd ones."""
+    cos, sin = _rope_angles(x, positions)
+    out = x.clone()
+    out[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
+    out[..., 1::2] = out[..., 0::2] * sin + x[..., 1::2] * cos
+    return out
+
+
 def _rotary_cases(thorough: bool) -> list[Case]:
     def case(shape, positions=None, scale=1.0):
         def make(g):
@@ -460,6 +480,25 @@ rotary_embedding = Exercise(
             "positions-ignored",
             "the `positions` argument is ignored: use it (and 0 .. L−1 only when it is None).",
             _rope_positions_ignored,
+        ),
+        Mistake(
+            "positions-from-one",
+            "the default positions start at 1: without `positions` the rows are at "
+            "t = 0, 1, ..., L − 1 (the first row is not rotated).",
+            _rope_from_one,
+        ),
+        Mistake(
+            "cos-sin-swapped",
+            "cos and sin are swapped: the pair becomes (x_2k cos θ − x_2k+1 sin θ, "
+            "x_2k sin θ + x_2k+1 cos θ); at t = 0 the rotation must leave x unchanged.",
+            _rope_cos_sin_swapped,
+        ),
+        Mistake(
+            "overwritten-in-place",
+            "the odd features are computed from the already rotated even ones: both new "
+            "values of a pair must be computed from the old x_2k and x_2k+1 (keep a copy, or "
+            "build the result with torch.stack).",
+            _rope_overwritten,
         ),
     ],
     driver=FunctionDriver(_rotary_cases, outputs=("output",)),

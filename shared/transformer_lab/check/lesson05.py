@@ -64,6 +64,22 @@ class _LayerNormNoSqrt(_add_norm.LayerNorm):
         return self.weight * (x - mean) / (var + self.eps) + self.bias
 
 
+class _LayerNormNotCentred(_add_norm.LayerNorm):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * x / torch.sqrt(var + self.eps) + self.bias
+
+
+class _LayerNormAffineFirst(_add_norm.LayerNorm):
+    def forward(self, x):
+        return _normalise(self.weight * x + self.bias, -1, eps=self.eps)
+
+
+class _LayerNormTwoAxes(_add_norm.LayerNorm):
+    def forward(self, x):
+        return self.weight * _normalise(x, (-2, -1), eps=self.eps) + self.bias
+
+
 class _LayerNormRandomInit(_add_norm.LayerNorm):
     """γ and β drawn at random: the outputs match once the check copies weights in."""
 
@@ -187,6 +203,26 @@ LayerNorm = Exercise(
             "the square root is missing: divide by sqrt(var + eps), the standard deviation, "
             "not by var + eps.",
             _LayerNormNoSqrt,
+        ),
+        Mistake(
+            "not-centred",
+            "the mean is not subtracted: LayerNorm centres each row, (x − mean) / sqrt(var + "
+            "eps), before γ and β (dividing x alone is what RMSNorm does, with its own "
+            "denominator).",
+            _LayerNormNotCentred,
+        ),
+        Mistake(
+            "affine-first",
+            "γ and β are applied before normalising, which undoes them: normalise first, then "
+            "γ · x̂ + β.",
+            _LayerNormAffineFirst,
+        ),
+        Mistake(
+            "two-axes",
+            "the statistics are taken over the last two axes (positions and features): "
+            "LayerNorm normalises each position's d_model features on their own, over dim=-1 "
+            "only.",
+            _LayerNormTwoAxes,
         ),
     ],
     driver=CustomDriver(_check_layer_norm),
@@ -374,6 +410,24 @@ class _BlockFFNReadsInput(_add_norm.EncoderBlock):
         return self.norm2(h + self.ffn(x))
 
 
+class _BlockResidualAfterNorm(_add_norm.EncoderBlock):
+    """Post-norm written as norm(sublayer(x)) + x: the residual is added after the norm."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            return super().forward(x, mask=mask)
+        x = x + self.norm1(self.self_attn(x, mask=mask))
+        return x + self.norm2(self.ffn(x))
+
+
+class _BlockFinalNorm(_add_norm.EncoderBlock):
+    """Pre-norm with norm2 applied once more to the block's output."""
+
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask=mask)
+        return self.norm2(out) if self.norm_first else out
+
+
 def _block_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_model, n_heads, d_ff, norm_first, mask=None):
         def make(g):
@@ -466,6 +520,18 @@ EncoderBlock = Exercise(
             "the feed-forward sub-layer reads the block's input x: it must read the attention "
             "sub-layer's result, so the two sub-layers run one after the other.",
             _BlockFFNReadsInput,
+        ),
+        Mistake(
+            "residual-after-norm",
+            "post-norm adds the residual after the norm, x + norm(sublayer(x)): the norm comes "
+            "last, around the sum, x = norm(x + sublayer(x)).",
+            _BlockResidualAfterNorm,
+        ),
+        Mistake(
+            "pre-norm-final-norm",
+            "the pre-norm block normalises its output once more: pre-norm ends with the "
+            "residual sum x + ffn(norm2(x)); the one final norm belongs to the whole stack.",
+            _BlockFinalNorm,
         ),
     ],
     driver=ModuleDriver(_block_cases, outputs=("output",)),

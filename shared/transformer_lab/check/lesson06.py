@@ -154,6 +154,10 @@ def _padding_pad_zero(tokens, pad_id):
     return (tokens != 0)[:, None, None, :]
 
 
+def _padding_zero_too(tokens, pad_id):
+    return (tokens.bool() & (tokens != pad_id))[:, None, None, :]
+
+
 def _padding_int(tokens, pad_id):
     return (tokens != pad_id).long()[:, None, None, :]
 
@@ -188,6 +192,11 @@ def _padding_cases(thorough: bool) -> list[Call]:
             + (" (left-padded)" if left else "")
         )
         calls.append(Call((), {"tokens": tokens, "pad_id": pad_id}, label=label))
+    # the stated rule, visible too: only pad_id is padding, a real token 0 is not
+    tokens = _token_batch(99, 2, 6, pad_id=2)
+    tokens[:, 0] = 0
+    label = f"padding_mask(tokens (2, 6), pad_id=2), tokens={tokens.tolist()} (real tokens 0)"
+    calls.append(Call((), {"tokens": tokens, "pad_id": 2}, label=label))
     return calls
 
 
@@ -234,6 +243,12 @@ padding_mask = Exercise(
             "pad_id is hard-coded to 0: compare with the pad_id argument (BERT's is 0, "
             "GPT-2's and BART's are not).",
             _padding_pad_zero,
+        ),
+        Mistake(
+            "zero-is-padding-too",
+            "a real token with id 0 is masked too: tokens.bool() (or tokens > 0) reads id 0 as "
+            "padding whatever pad_id is; compare with pad_id only (tokens != pad_id).",
+            _padding_zero_too,
         ),
         Mistake(
             "int-mask",

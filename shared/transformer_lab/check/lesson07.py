@@ -76,6 +76,53 @@ class _DecoderNoResidual(_ed.DecoderBlock):
         return self.norm3(x + self.ffn(x))
 
 
+class _DecoderWiring(_ed.DecoderBlock):
+    """The block with one sub-layer wired wrongly (a switch of a subclass below)."""
+
+    cross_first = memory_normed = masks_swapped = cross_reads_input = False
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if self.masks_swapped:
+            self_mask, memory_mask = memory_mask, self_mask
+        pre = self.norm_first
+        mem = self.norm2(memory) if self.memory_normed and pre else memory
+
+        def self_layer(h):
+            return (
+                h + self.self_attn(self.norm1(h), mask=self_mask)
+                if pre
+                else self.norm1(h + self.self_attn(h, mask=self_mask))
+            )
+
+        def cross_layer(h, queries):
+            if pre:
+                return h + self.cross_attn(self.norm2(queries), context=mem, mask=memory_mask)
+            return self.norm2(h + self.cross_attn(queries, context=mem, mask=memory_mask))
+
+        if self.cross_first:
+            x = self_layer(cross_layer(x, x))
+        else:
+            h = self_layer(x)
+            x = cross_layer(h, x if self.cross_reads_input else h)
+        return x + self.ffn(self.norm3(x)) if pre else self.norm3(x + self.ffn(x))
+
+
+class _DecoderCrossFirst(_DecoderWiring):
+    cross_first = True
+
+
+class _DecoderMemoryNormed(_DecoderWiring):
+    memory_normed = True
+
+
+class _DecoderMasksSwapped(_DecoderWiring):
+    masks_swapped = True
+
+
+class _DecoderCrossReadsInput(_DecoderWiring):
+    cross_reads_input = True
+
+
 def _decoder_cases(thorough: bool) -> list[Case]:
     def case(B, L_t, L_s, d_model, n_heads, d_ff, norm_first=False, causal=True, pad=True):
         def make(g):
@@ -162,6 +209,31 @@ DecoderBlock = Exercise(
             "no-cross-residual",
             "the residual connection around cross-attention is missing: add its output to x.",
             _DecoderNoResidual,
+        ),
+        Mistake(
+            "cross-first",
+            "cross-attention runs before the masked self-attention: the decoder first attends "
+            "to its own prefix (self-attention), then to the encoder's memory, then the FFN.",
+            _DecoderCrossFirst,
+        ),
+        Mistake(
+            "memory-normed",
+            "the memory goes through norm2 too: in a pre-norm block only the decoder's queries "
+            "are normalised, cross_attn(norm2(x), context=memory) (the encoder normalised its "
+            "output already).",
+            _DecoderMemoryNormed,
+        ),
+        Mistake(
+            "masks-swapped",
+            "the two masks are swapped: self_mask (causal) goes to the self-attention, "
+            "memory_mask (the source padding) to the cross-attention.",
+            _DecoderMasksSwapped,
+        ),
+        Mistake(
+            "cross-reads-block-input",
+            "the cross-attention's queries come from the block's input x: they must come from "
+            "the self-attention sub-layer's result, the sub-layers run one after the other.",
+            _DecoderCrossReadsInput,
         ),
     ],
     driver=ModuleDriver(_decoder_cases, outputs=("output",)),

@@ -264,6 +264,24 @@ def _lm_log_of_softmax_kept(logits, targets):
     return -log_p.gather(-1, targets[keep][:, None]).mean()
 
 
+def _lm_divided_by_batch(logits, targets):
+    nll, _ = _nll_parts(logits, targets)
+    return nll.sum() / targets.shape[0]
+
+
+def _lm_ignored_as_token_zero(logits, targets):
+    """-100 clamped to 0 and every position averaged: skipped positions count as token 0."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -log_p.gather(-1, targets.clamp(min=0)[..., None]).mean()
+
+
+def _lm_log_softmax_positions(logits, targets):
+    keep = targets != IGNORE
+    log_p = torch.log_softmax(logits, dim=1)
+    picked = log_p.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    return -(picked * keep).sum() / keep.sum()
+
+
 def _lm_cases(thorough: bool) -> list[Case]:
     def case(B, L, V, p_ignore=0.3, scale=2.0, label_extra=""):
         def make(g):
@@ -359,6 +377,24 @@ lm_loss = Exercise(
             "its log is -inf and the loss inf. Use torch.log_softmax, which subtracts the "
             "maximum first.",
             _lm_log_of_softmax_kept,
+        ),
+        Mistake(
+            "divided-by-batch",
+            "the summed loss is divided by the batch size B: the mean is over the positions "
+            "that count (targets != -100), so divide by their number.",
+            _lm_divided_by_batch,
+        ),
+        Mistake(
+            "ignored-as-token-zero",
+            "the -100 positions are counted as if their target were token 0: leave them out of "
+            "the sum and of the count (a mask, or F.cross_entropy's ignore_index=-100).",
+            _lm_ignored_as_token_zero,
+        ),
+        Mistake(
+            "log-softmax-positions",
+            "log_softmax is taken over the positions axis (dim=1): it normalises over the "
+            "vocabulary, the last axis (dim=-1).",
+            _lm_log_softmax_positions,
         ),
     ],
     driver=FunctionDriver(_lm_cases, outputs=("loss",)),

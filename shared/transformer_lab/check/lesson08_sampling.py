@@ -87,6 +87,11 @@ def _sample_column(logits, temperature=1.0, top_k=None, generator=None):
     return torch.multinomial(probs, 1, generator=generator)
 
 
+def _sample_squeeze_all(logits, temperature=1.0, top_k=None, generator=None):
+    probs = _true_probs(logits, temperature, top_k).float()
+    return torch.multinomial(probs, 1, generator=generator).squeeze()
+
+
 def _sample_softmax_of_probs(logits, temperature=1.0, top_k=None, generator=None):
     """Takes a softmax of the probabilities again: a flatter distribution."""
     probs = torch.softmax(_true_probs(logits, temperature, top_k).float(), dim=-1)
@@ -118,6 +123,9 @@ def _sample_specs(thorough: bool) -> list[tuple]:
             ("greedy", (2, 30), 0.0, 5),
             ("greedy", (1, 2), 0.0, None),
         ]
+    # the stated shape (B,) for a batch of one, visible too: a squeeze() would give a 0-d draw;
+    # its logits are large (about 1000), where exp(logits) unnormalised overflows
+    specs.append(("one-row", (1, 6), 1.0, None))
     return specs
 
 
@@ -177,6 +185,8 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
     kind, rows, temperature, top_k = spec
     seed = 5000 + i
     label = _describe_call(rows, temperature, top_k, _N_SAMPLES if kind == "sampled" else None)
+    if kind == "one-row":
+        label = label.replace("random logits", "random logits + 1000,")
     case = f"{label} {_where(dtype, device)}"
 
     def draw(logits):
@@ -185,6 +195,12 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
             lambda: fn(logits.clone(), temperature, top_k, generator), "your function", case
         )
 
+    if kind == "one-row":
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(*rows, generator=g, dtype=torch.float64) + 1000.0
+        got = draw(logits.to(device, dtype))
+        problem = _draws_problem(got, rows[0], rows[1], device)
+        return Finding(problem, case, "shape", ("shape", _shape_of(got))) if problem else None
     if kind == "greedy":
         g = torch.Generator().manual_seed(seed)
         logits = torch.randn(*rows, generator=g, dtype=torch.float64).to(device, dtype)
@@ -298,6 +314,12 @@ sample_next = Exercise(
             "the result has shape (B, 1): torch.multinomial returns one column of draws, "
             "squeeze it to (B,).",
             _sample_column,
+        ),
+        Mistake(
+            "squeeze-all",
+            "squeeze() drops every size-1 axis, so a batch of one row gives a 0-d tensor, not "
+            "shape (1,): squeeze only the draws' axis, squeeze(-1).",
+            _sample_squeeze_all,
         ),
         Mistake(
             "softmax-twice",

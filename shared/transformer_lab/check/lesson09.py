@@ -131,6 +131,15 @@ def _mask_split_everywhere(tokens, mask_id, vocab_size, p=0.15, generator=None, 
     return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
 
 
+def _mask_randint_high(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Random ids from torch.randint(0, vocab_size - 1): the last id is never drawn."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size - 1, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
+
+
 def _mask_p_ignored(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
     return _ref_mask(tokens, mask_id, vocab_size, 0.15, generator, special_ids)
 
@@ -153,9 +162,15 @@ _THOROUGH_MASK_SPECS = [
 ]
 
 
+# The stated range [0, vocab_size), visible too: a small vocabulary, so that every id is drawn as
+# a random token about 140 times (one never drawn betrays torch.randint's exclusive high).
+_RANGE_MASK_SPECS = [dict(shape=(64, 256), V=8, mask_id=1, specials=None, p=0.5)]
+MIN_EXPECTED_DRAWS = 30  # an id expected this often is never missed by chance (p < e^-30)
+
+
 def mask_specs(thorough: bool) -> list[dict]:
     """The cases of the bert_mask_tokens check (exported for the tests)."""
-    return _VISIBLE_MASK_SPECS + (_THOROUGH_MASK_SPECS if thorough else [])
+    return _VISIBLE_MASK_SPECS + (_THOROUGH_MASK_SPECS if thorough else []) + _RANGE_MASK_SPECS
 
 
 def make_mask_tokens(spec: dict, seed: int) -> torch.Tensor:
@@ -274,7 +289,20 @@ def _profile(fn, tokens, spec, seed, call=None, label=None) -> dict:
         "n_random": int(randomised.sum()),
         "random_ids": inputs[randomised].double().cpu(),
         "random_orig": tokens[randomised].double().cpu(),
+        "never_drawn": _never_drawn(inputs[randomised], tokens[randomised], V, mask_id),
     }
+
+
+def _never_drawn(random_ids, originals, V: int, mask_id: int) -> tuple[int, ...]:
+    """The ids in [0, V) other than mask_id that no random replacement hit though a uniform
+    draw (never the original token) would hit each at least MIN_EXPECTED_DRAWS times."""
+    if V <= 2 or not len(random_ids):
+        return ()
+    ids = torch.arange(V, device=originals.device)
+    expected = (originals[:, None] != ids).sum(0).double() / (V - 2)
+    drawn = torch.bincount(random_ids.long().clamp(0, V - 1).cpu(), minlength=V)[:V]
+    missing = (expected.cpu() >= MIN_EXPECTED_DRAWS) & (drawn == 0) & (ids.cpu() != mask_id)
+    return tuple(missing.nonzero().flatten().tolist())
 
 
 def _binomial_problem(count, n, prob, what) -> str | None:
@@ -343,6 +371,12 @@ def mask_problem(prof: dict, tokens: torch.Tensor, spec: dict, p: float) -> str 
         problem = _binomial_problem(prof[key], n, prob, what)
         if problem:
             return problem
+    if prof["never_drawn"]:
+        return (
+            f"no random replacement was ever id {list(prof['never_drawn'])}, though a uniform "
+            f"draw from [0, vocab_size={V}) gives each id about {prof['n_random'] // (V - 2)} "
+            "times here"
+        )
     r, orig = prof["random_ids"], prof["random_orig"]
     if len(r) >= 100:
         # Draws uniform on [0, V) given that they are neither mask_id nor the original token.
@@ -374,7 +408,7 @@ def profiles_agree(a: dict, b: dict) -> bool:
     """True when two profiles could come from the same (random) implementation."""
     if a["form"] or b["form"]:
         return False
-    for flag in ("in_place", "reproducible"):
+    for flag in ("in_place", "reproducible", "never_drawn"):
         if a[flag] != b[flag]:
             return False
     fa, fb = _fractions(a), _fractions(b)
@@ -482,6 +516,12 @@ bert_mask_tokens = Exercise(
             "p is ignored: choose each position with probability p (the argument), not always "
             "0.15.",
             _mask_p_ignored,
+        ),
+        Mistake(
+            "randint-high",
+            "the last id, vocab_size - 1, is never drawn as a random token: torch.randint's "
+            "high is exclusive, so draw with torch.randint(0, vocab_size, ...), not vocab_size - 1.",
+            _mask_randint_high,
         ),
     ],
     driver=TrialDriver(

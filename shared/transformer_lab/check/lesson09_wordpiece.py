@@ -72,6 +72,12 @@ def _wp_prefix_first(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     return _wp(word, vocab, unk_token, max_chars_per_word, first="##")
 
 
+def _wp_limit_inclusive(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    if len(word) >= max_chars_per_word:
+        return [unk_token]
+    return _wp(word, vocab, unk_token, max_chars_per_word)
+
+
 def _wp_no_limit(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     return _wp(word, vocab, unk_token, max_chars_per_word, limit=False)
 
@@ -122,8 +128,9 @@ def _wordpiece_cases(thorough: bool) -> list[tuple[str, frozenset, dict]]:
     # the arguments the task names are used, not hard-coded
     cases += [("qab", TOY_VOCAB, {"unk_token": "<unk>"})]
     cases += [("ab" * 5, TOY_VOCAB, {"max_chars_per_word": 6})]
+    # the stated limit, visible too: a word of exactly max_chars_per_word characters is split
+    cases += [("abcab", TOY_VOCAB, {"max_chars_per_word": 5})]
     if thorough:
-        cases += [("abcab", TOY_VOCAB, {"max_chars_per_word": 5})]
         for seed in (7000, 7001, 7002):
             vocab, words = _random_vocab_case(seed)
             cases += [(w, vocab, {}) for w in words]
@@ -212,6 +219,12 @@ wordpiece_tokenize = Exercise(
             "words longer than max_chars_per_word must become [unk_token] without being cut "
             "into pieces.",
             _wp_no_limit,
+        ),
+        Mistake(
+            "limit-inclusive",
+            "a word of exactly max_chars_per_word characters became [unk_token]: only a word "
+            "LONGER than the limit does (len(word) > max_chars_per_word, not >=).",
+            _wp_limit_inclusive,
         ),
     ],
     driver=TrialDriver(_wordpiece_cases, _wordpiece_trial, covered="every word, exact pieces"),

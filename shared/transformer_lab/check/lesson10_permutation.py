@@ -218,6 +218,15 @@ def _perm_global_rng(tokens, eos_id, generator=None):
     return tokens.new_tensor([t for i in order for t in sentences[i]] + list(rest))
 
 
+def _perm_fixed_dtype(tokens, eos_id, generator=None):
+    """Rebuilds the result with torch.tensor(list): int64 whatever the input's dtype."""
+    sentences = _pieces(tokens.tolist(), eos_id)
+    rest = sentences.pop() if tokens.numel() and tokens[-1] != eos_id else ()
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    ids = [t for i in order for t in sentences[i]] + list(rest)
+    return torch.tensor(ids, dtype=torch.long, device=tokens.device)
+
+
 sentence_permutation = Exercise(
     name="sentence_permutation",
     lesson="10",
@@ -259,6 +268,12 @@ sentence_permutation = Exercise(
             "the random numbers do not come from the `generator` argument: pass "
             "generator=generator to torch.randperm so a seed reproduces the shuffle.",
             _perm_global_rng,
+        ),
+        Mistake(
+            "fixed-dtype",
+            "the result is rebuilt with a fixed dtype (torch.tensor(list) gives int64): keep the "
+            "input's dtype, tokens.new_tensor(list) or torch.cat of slices of tokens.",
+            _perm_fixed_dtype,
         ),
     ],
     driver=suite_driver(

@@ -92,9 +92,10 @@ def require_ids(out, tokens: torch.Tensor, label: str) -> list[int]:
 
 
 def id_settings(thorough: bool) -> list[tuple[torch.device, torch.dtype]]:
-    """Where the structural cases run: CPU int64; thorough adds int32 and every accelerator."""
+    """Where the structural cases run: CPU int64 and int32 (the stated rule "the input's dtype",
+    visible too); thorough on every accelerator as well."""
     if not thorough:
-        return [(torch.device("cpu"), torch.long)]
+        return [(torch.device("cpu"), torch.long), (torch.device("cpu"), torch.int32)]
     return [(d, dt) for d in available_devices() for dt in (torch.long, torch.int32)]
 
 
@@ -223,7 +224,8 @@ def uniform_fit(counts: Counter, cells: list, n: int, what: str, label: str, key
         )
 
 
-_FORM_KEYS = ("type", "shape", "dtype", "device")  # a result of the wrong form names no mistake
+# a result of the wrong form names no mistake (a dtype does: one catalogued habit gives it)
+_FORM_KEYS = ("type", "shape", "device")
 
 
 def _suite_trial(suite: Callable) -> Callable:

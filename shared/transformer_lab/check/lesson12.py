@@ -35,7 +35,7 @@ def _softmax_blocks(scores, block_size, bug=""):
     def safe(m):
         return m if bug == "unguarded-max" else _finite(m)
 
-    m = scores.new_full(scores.shape[:-1], _NEG_INF)
+    m = scores.new_full(scores.shape[:-1], 0.0 if bug == "zero-start" else _NEG_INF)
     row_sum = scores.new_zeros(scores.shape[:-1])
     parts = []
     for start in range(0, scores.shape[-1], block_size):
@@ -48,7 +48,7 @@ def _softmax_blocks(scores, block_size, bug=""):
             parts.append(e / e.sum(-1, keepdim=True))
             continue
         m_new = x.amax(-1) if bug == "block-max" else torch.maximum(m, x.amax(-1))
-        alpha = 1.0 if bug == "sum-not-rescaled" else torch.exp(safe(m) - safe(m_new))
+        alpha = 1.0 if bug == "sum-not-rescaled" else torch.exp(m - safe(m_new))
         against = m if bug == "stale-max" else m_new
         row_sum = row_sum * alpha + torch.exp(x - safe(against)[..., None]).sum(-1)
         m = m_new
@@ -94,7 +94,7 @@ def _tiled(q, k, v, mask, block_size, bug=""):
             row_sum = s.new_zeros(s.shape[:-1])
             o = s.new_zeros((*s.shape[:-1], v.shape[-1]))
         m_new = s.amax(-1) if bug == "block-max" else torch.maximum(m, s.amax(-1))
-        alpha = torch.exp(safe(m) - safe(m_new))
+        alpha = torch.exp(m - safe(m_new))
         if bug == "rescale-after-update":
             alpha = torch.exp(safe(m_new) - safe(m_new))
         p = torch.exp(s - safe(m if bug == "stale-max" else m_new)[..., None])
@@ -116,6 +116,18 @@ def _tiled_bug(bug: str):
 
     impl.__name__ = impl.__qualname__ = f"tiled_attention_{bug.replace('-', '_')}"
     return impl
+
+
+def _tiled_query_tiles(q, k, v, mask=None, block_size=64):
+    """Right numbers, but tiles the queries: each block of queries against every key at once."""
+    outs = []
+    for start in range(0, q.shape[-2], block_size):
+        rows = slice(start, start + block_size)
+        m = mask
+        if mask is not None and mask.dim() >= 2 and mask.shape[-2] != 1:
+            m = mask[..., rows, :]
+        outs.append(_tiled(q[..., rows, :], k, v, m, max(k.shape[-2], 1)))
+    return torch.cat(outs, dim=-2)
 
 
 def _tiled_full_matrix(q, k, v, mask=None, block_size=64):
@@ -141,9 +153,12 @@ class _Watch(TorchFunctionMode):
 
     _REDUCTIONS = {"max", "amax", "sum", "nansum", "logsumexp", "mean", "norm"}
 
-    def __init__(self, row: int | None = None):
+    def __init__(self, row: int | None = None, keys: int | None = None, block: int = 1):
         super().__init__()
         self.row, self.largest, self.row_reductions = row, None, []
+        # the first floating tensor of at least keys·block entries whose last axis runs over all
+        # `keys` keys: scores of a block of queries against every key
+        self.keys, self.block, self.all_keys = keys, block, None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -154,6 +169,15 @@ class _Watch(TorchFunctionMode):
         for t in _tensors(out):
             if t.is_floating_point() and (self.largest is None or t.numel() > self.largest.numel()):
                 self.largest = t
+            if (
+                self.all_keys is None
+                and self.keys is not None
+                and t.is_floating_point()
+                and t.dim() >= 2
+                and t.shape[-1] == self.keys
+                and t.numel() >= self.keys * self.block
+            ):
+                self.all_keys = t
         return out
 
     def _note_reduction(self, name, args, kwargs):
@@ -191,6 +215,8 @@ def _softmax_cases(thorough: bool) -> list[Case]:
             x = torch.randn(*shape, generator=g, dtype=torch.float64) * scale
             if kind == "rising":  # the max grows block after block: every rescaling matters
                 x = x + torch.linspace(0, 4 * scale, shape[-1], dtype=torch.float64)
+            if kind == "negative":  # exp(x) underflows to 0 for every entry
+                x = x - 1000.0
             if kind == "masked":  # -inf entries; the first blocks of one row entirely
                 x[..., 0, : 2 * block_size] = _NEG_INF
                 x[..., -1, 1::3] = _NEG_INF
@@ -216,6 +242,8 @@ def _softmax_cases(thorough: bool) -> list[Case]:
             case((3, 20), 6, scale=2000.0, kind="rising", label="huge rising scores (×2000)"),
             case((2, 4, 15), 4, kind="masked", label="-inf entries"),
         ]
+    # the stated running max, visible too: started at 0 instead of -inf, exp(x − 0) underflows
+    cases.append(case((2, 9), 4, kind="negative", label="very negative scores (all below -800)"))
     return cases
 
 
@@ -261,6 +289,13 @@ online_softmax = Exercise(
         "transformer_lab.online_softmax",
     ),
     mistakes=[
+        Mistake(
+            "zero-start",
+            "for a row of very negative scores the first rescaling breaks (0/0 or 0·inf): the "
+            "running max starts at −inf, not 0, and while it is still −inf exp(m − m′) is "
+            "simply 0, so guard only m′ (replacing the old m by 0 gives exp(0 − m′) = inf).",
+            _softmax_bug("zero-start"),
+        ),
         Mistake(
             "no-max",
             "exp(scores) overflows for large scores: keep the running max m and exponentiate "
@@ -430,7 +465,7 @@ def _check_tiled_attention(ex, student, thorough):
     L, d = _TILED_L, _TILED_D
     q, k, v = (torch.randn(1, L, d, generator=g, dtype=torch.float64) for _ in range(3))
     text = f"q, k, v (1, {L}, {d}), block_size={_TILED_BLOCK} (float64 on cpu)"
-    watch = _Watch()
+    watch = _Watch(keys=L, block=_TILED_BLOCK)
     kwargs = {"q": q, "k": k, "v": v, "block_size": _TILED_BLOCK}
     _run_watched(ex, student, kwargs, watch, text)
     # a block of scores has L·block_size = 4096 entries (a broadcast q·k product L·block·d =
@@ -444,6 +479,16 @@ def _check_tiled_attention(ex, student, thorough):
             f"({L}, {L}) matrix",
             text,
             ex.mistake("full-matrix"),
+        )
+    if watch.all_keys is not None:  # the stated loop is over blocks of keys, not of queries
+        fail(
+            ex,
+            f"your function built a tensor of shape {tuple(watch.all_keys.shape)} whose last "
+            f"axis runs over all {L} keys: tiled attention loops over blocks of keys, "
+            f"k[..., j:j + block_size, :], so a block of scores is (L_q, block_size) = ({L}, "
+            f"{_TILED_BLOCK})",
+            text,
+            ex.mistake("query-tiles"),
         )
     covered = FunctionDriver(_tiled_cases).covered(thorough)
     return n + 1, covered + "; never the (L_q, L_k) matrix"
@@ -541,6 +586,13 @@ tiled_attention = Exercise(
             "the whole (L_q, L_k) score matrix is formed: loop over blocks of block_size keys "
             "(k[..., j:j + block_size, :]) and keep only one block of scores at a time.",
             _tiled_full_matrix,
+        ),
+        Mistake(
+            "query-tiles",
+            "the queries are tiled, each block of queries against every key at once: loop over "
+            "blocks of keys, k[..., j:j + block_size, :], keeping a running max and sum, so no "
+            "tensor spans all L_k keys.",
+            _tiled_query_tiles,
         ),
     ],
     driver=CustomDriver(_check_tiled_attention),

@@ -107,6 +107,12 @@ def _sum_over_batch(image_features, text_features, logit_scale):
     return (image_to_text + _cross_entropy(logits.T, labels, "sum")) / 2
 
 
+def _scale_clamped(image_features, text_features, logit_scale):
+    logits = logit_scale.exp().clamp(max=100.0) * _unit(image_features) @ _unit(text_features).T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
 class _TransformersOnceImported(tuple):
     """Forbidden names whose `transformers.*` entries count only once transformers is imported.
 
@@ -140,6 +146,8 @@ def _clip_loss_cases(thorough: bool) -> list[Case]:
     # The first case tells every catalogued mistake apart: rows of different norms, B != d,
     # exp(t) neither 1 nor t.
     cases = [case(4, 6, t0), case(3, 5, 0.5)]
+    # the stated scale, visible too: exp(logit_scale) as given, even above CLIP's training clamp
+    cases.append(case(3, 5, math.log(200.0), label="exp(logit_scale) = 200"))
     if thorough:
         cases += [
             case(1, 4, 1.0, label="one pair"),
@@ -236,6 +244,12 @@ clip_loss = Exercise(
             "the cross-entropies are summed over the batch: each is a mean over its B rows "
             "(F.cross_entropy's default reduction).",
             _sum_over_batch,
+        ),
+        Mistake(
+            "scale-clamped",
+            "exp(logit_scale) is clamped (at 100, as CLIP's training code does to the parameter): "
+            "the loss takes the scale as given, logits = exp(logit_scale) · cosine similarities.",
+            _scale_clamped,
         ),
     ],
     driver=FunctionDriver(_clip_loss_cases, outputs=("loss",)),

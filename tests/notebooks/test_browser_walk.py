@@ -102,8 +102,18 @@ def _cells(page) -> list[dict]:
 
 
 def _wait_idle(page) -> None:
-    """Until the kernel is idle and no cell is queued or running ([*])."""
+    """Until the kernel is idle and no cell is queued or running ([*]); on a timeout, the error
+    names the cells still running or queued."""
     page.wait_for_timeout(1000)
+    try:
+        _until_idle(page)
+    except test_browser.sync_api.TimeoutError:
+        busy = [(c["index"], c["prompt"], c["output"][-300:]) for c in _cells(page)]
+        busy = [c for c in busy if "*" in c[1]]
+        raise AssertionError(f"still running or queued after {TIMEOUT_MS * 4} ms: {busy}") from None
+
+
+def _until_idle(page) -> None:
     page.wait_for_function(
         """() => {
             const panel = [...document.querySelectorAll('.jp-NotebookPanel')]

@@ -67,8 +67,9 @@ test: $(STAMP)
 	  $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The browser walk of every lesson (tests/notebooks/test_browser_walk.py, issue 29): each exercise
-# untouched then solved, each lecture and its sliders, in JupyterLab and Chromium, quick mode. Not
-# in `make test` (its 40 minutes are spent); .ci/run runs it. WALK_JOBS browsers, one lab each.
+# untouched, with a wrong answer per check, then solved; each lecture and its sliders; in JupyterLab
+# and Chromium, quick mode. Not in `make test` (its 40 minutes are spent) nor yet in .ci/run (see
+# there). WALK_JOBS browsers, one lab each.
 WALK_JOBS ?= 2
 
 walk: $(STAMP)

@@ -16,7 +16,7 @@ from .exercise import NotWrittenYet, fail
 def unanswered(name: str) -> NotWrittenYet:
     """The error for an answer still at its released ``...``: one line, like an untouched stub."""
     return NotWrittenYet(
-        f"`{name}` is not written yet: set it in the cell above, in place of the raise.",
+        f"`{name}` is not written yet: set it in the cell above.",
         exercise=name,
     )
 

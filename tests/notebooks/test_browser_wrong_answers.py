@@ -65,7 +65,7 @@ HELDOUT = {
 def _question_mistakes(name: str) -> tuple[str, str]:
     """A practice question's wrong answer (a line typed after its solution) and the sentence of
     the catalogued mistake its check names, both from the check's own module."""
-    from transformer_lab.check import lesson01, lesson06, lesson08
+    from transformer_lab.check import lesson01, lesson01_lstm, lesson03_thinking, lesson06, lesson08
 
     if name == "practice_john":  # the other place
         return (
@@ -84,10 +84,26 @@ def _question_mistakes(name: str) -> tuple[str, str]:
     if name == "practice_transformers":  # the first catalogued wrong letter
         letter, mistake = next(iter(lesson08._practice_mistakes().items()))
         return f"practice_transformers = {letter!r}", mistake.sentence
+    if name == "practice_lstm":  # the first catalogued wrong letter
+        letter, mistake = next(iter(lesson01_lstm._lstm_mistakes().items()))
+        return f"practice_lstm = {letter!r}", mistake.sentence
+    if name == "practice_thinking":  # the right weights with the first catalogued wrong letter
+        letter, mistake = next(iter(lesson03_thinking._letter_mistakes().items()))
+        return (
+            f'practice_thinking = {{**practice_thinking, "answer": {letter!r}}}',
+            mistake.sentence,
+        )
     raise KeyError(f"no wrong answer for the practice question {name!r}")
 
 
-QUESTIONS = ("practice_john", "practice_drop_in", "alpha_22", "practice_transformers")
+QUESTIONS = (
+    "practice_john",
+    "practice_drop_in",
+    "practice_lstm",
+    "practice_thinking",
+    "alpha_22",
+    "practice_transformers",
+)
 
 
 def _names(node: ast.AST) -> set[str]:

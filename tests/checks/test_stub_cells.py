@@ -32,10 +32,10 @@ def shell():
     InteractiveShell.clear_instance()
 
 
-def _run(shell, code: str):
+def _run(shell, code: str, store_history: bool = False):
     out = io.StringIO()
     with redirect_stdout(out):
-        result = shell.run_cell(code)
+        result = shell.run_cell(code, store_history=store_history)
     return result, feedback.strip_ansi(out.getvalue()).strip()
 
 
@@ -86,3 +86,26 @@ def test_a_check_reaching_a_stub_keeps_its_own_line(shell):
     result, text = _run(shell, "check.online_softmax(online_softmax)")
     assert isinstance(result.error_in_exec, NotImplementedError)
     assert text == "✗ `online_softmax` is not written yet: fill in the cell above."
+
+
+def test_a_name_that_a_failed_cell_never_set_is_named_in_one_line(shell):
+    """Exercise 09's walk: a demo cell sets `merges` by calling an untouched stub, so the next
+    cell's NameError points at the wrong cell; it says which cell to fix instead."""
+    shell.run_cell("merges = SelfAttention()(torch.ones(2))  # stops", store_history=True)
+    result, text = _run(shell, "ranks = dict(enumerate(merges))", store_history=True)
+    assert type(result.error_in_exec) is NameError and not result.success  # still fails
+    assert " ".join(text.split()) == "✗ " + stub_cells.failed_before_line("merges")
+
+
+def test_a_name_no_cell_sets_keeps_its_traceback(shell):
+    shell.run_cell("def helper():\n    merged = 1\n    return merged", store_history=True)
+    for typo in ("mergse", "merged"):  # never set; set only inside a function
+        _, text = _run(shell, f"print({typo})", store_history=True)
+        assert "Traceback" in text and f"name '{typo}' is not defined" in text
+
+
+def test_mutant_handling_only_not_implemented_shows_the_name_error_traceback(shell):
+    shell.set_custom_exc((NotImplementedError,), stub_cells.show_stub)  # as before
+    shell.run_cell("merges = SelfAttention()(torch.ones(2))", store_history=True)
+    _, text = _run(shell, "print(merges)", store_history=True)
+    assert "Traceback" in text and len(text.splitlines()) > 3

@@ -102,6 +102,9 @@ def test_a_name_no_cell_sets_keeps_its_traceback(shell):
     for typo in ("mergse", "merged"):  # never set; set only inside a function
         _, text = _run(shell, f"print({typo})", store_history=True)
         assert "Traceback" in text and f"name '{typo}' is not defined" in text
+    shell.run_cell("total = 0", store_history=True)  # a global, then a local of the same name
+    _, text = _run(shell, "def add():\n    total += 1\nadd()", store_history=True)
+    assert "Traceback" in text and "UnboundLocalError" in text
 
 
 def test_mutant_handling_only_not_implemented_shows_the_name_error_traceback(shell):

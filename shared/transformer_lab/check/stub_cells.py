@@ -83,8 +83,8 @@ def show_stub(shell, etype, value, tb, tb_offset=None) -> None:
     stub, a function's or an answer cell's own, or names what an earlier failed cell never set."""
     found = None if isinstance(value, NameError) else unwritten(value)
     lines = None
-    if isinstance(value, NameError):
-        name = getattr(value, "name", None)
+    if isinstance(value, NameError):  # not a function's local used too early (UnboundLocalError)
+        name = None if isinstance(value, UnboundLocalError) else getattr(value, "name", None)
         if name and earlier_cells_set(shell, name):
             lines = render(NotWrittenYet(failed_before_line(name)))
     elif found is not None:

@@ -893,7 +893,7 @@ def bench_gpt_step(
     y = torch.randint(V, (B, T), generator=g).to(device)
     with torch.no_grad():
         a = F.cross_entropy(course(x).flatten(0, 1), y.flatten()).item()
-        b = F.cross_entropy(nano(x).flatten(0, 1), y.flatten()).item()
+        b = nano(x, y).item()  # nanoGPT's forward(idx, targets) returns its loss
     n_params = sum(p.numel() for p in nano.parameters()) - nano.wpe.weight.numel()
     flops_per_token = 6 * n_params + 12 * n * h * (d // h) * T  # nanoGPT's estimate_mfu
     peak = peak_tflops(torch.cuda.get_device_name(0) if device == "cuda" else None)
@@ -915,7 +915,10 @@ def bench_gpt_step(
 
         def train_step(name, models=models, opts=opts):
             with torch.autocast(device_type=device, dtype=half):
-                loss = F.cross_entropy(models[name](x).flatten(0, 1).float(), y.flatten())
+                if name == "nanoGPT":  # its forward(idx, targets) computes the loss, as nanoGPT's
+                    loss = models[name](x, y)
+                else:
+                    loss = F.cross_entropy(models[name](x).flatten(0, 1).float(), y.flatten())
             opts[name].zero_grad(set_to_none=True)
             loss.backward()
             opts[name].step()

@@ -576,3 +576,24 @@ def test_a_kernel_records_a_failed_cell_named_not_implemented_error(tmp_path, mo
     assert error.ename == "NotImplementedError"
     assert error.evalue == "`online_softmax` is not written yet: fill in the cell above."
     assert [feedback.strip_ansi(line) for line in error.traceback] == [f"✗ {error.evalue}"]
+
+
+# A check's message is printed as plain text, in the notebook and in the feedback: Markdown
+# emphasis would show its asterisks ("on *itself*", the browser walk found it in lesson 06).
+_EMPHASIS = re.compile(r"(?<![\w*])\*[A-Za-z][^*\n]*\*(?![\w*])")
+
+
+def _emphasised(sentence: str) -> list[str]:
+    return _EMPHASIS.findall(sentence)
+
+
+@pytest.mark.parametrize("name", sorted(check.EXERCISES))
+def test_no_mistake_sentence_carries_markdown_emphasis(name):
+    for mistake in check.EXERCISES[name].mistakes:
+        assert not _emphasised(mistake.sentence), (name, mistake.sentence)
+
+
+def test_the_emphasis_guard_sees_the_old_sentence():
+    # the mutant: lesson 06's alpha_22 sentence as it was
+    assert _emphasised("α_22 is the weight of position 2 on *itself*: the causal mask keeps")
+    assert not _emphasised("x * y and 2*3 are products, **kwargs is not emphasis")

@@ -442,7 +442,7 @@ def test_lesson06_redefined_value_check(tmp_path):
         "padding-mask-test": True,
     }
     assert (
-        "Likely mistake: α_22 is the weight of position 2 on *itself*"
+        "Likely mistake: α_22 is the weight of position 2 on itself"
         in (result["cells"]["alpha-22-test"]["message"])
     )
     n = cell_number(path, "check.alpha_22 =")

@@ -23,7 +23,7 @@ def _lstm_mistakes() -> dict[str, Mistake]:
             f"(A) is not true in general: per layer, self-attention does n²·d multiply-adds and "
             f"a recurrent layer n·d² (Vaswani et al., Table 1), so attention does fewer only "
             f"while n < d. At d = {d} and n = {n}: {n * n * d:,} against {n * d * d:,}. What "
-            "it has fewer of is *sequential* steps.",
+            "it has fewer of is sequential steps.",
         ),
         "C": Mistake(
             "fewer-parameters",

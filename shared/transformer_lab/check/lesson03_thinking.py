@@ -67,7 +67,7 @@ def _weight_mistakes() -> dict[str, Mistake]:
         ),
         "swapped": Mistake(
             "swapped",
-            "the weights are the other way round: the first is the weight on v1, *Thinking*'s own "
+            "the weights are the other way round: the first is the weight on v1, Thinking's own "
             f"value, whose key gives the larger dot product ({DOTS[0]:g}).",
         ),
         "uniform": Mistake(
@@ -94,7 +94,7 @@ def _letter_mistakes() -> dict[str, Mistake]:
         "D": Mistake(
             "letter-swapped",
             f"(D) puts the larger weight on v2, but the larger dot product ({DOTS[0]:g}) is with "
-            "*Thinking*'s own key, k1.",
+            "Thinking's own key, k1.",
         ),
     }
 

@@ -97,7 +97,7 @@ causal_mask = Exercise(
         Mistake(
             "upper-triangle",
             "your mask lets each position see the future (upper triangle): True belongs on "
-            "and *below* the diagonal (tril).",
+            "and below the diagonal (tril).",
             _causal_upper,
         ),
         Mistake(
@@ -228,7 +228,7 @@ padding_mask = Exercise(
         ),
         Mistake(
             "query-axis",
-            "the padding runs along the query axis, (B, 1, L, 1): padding is about *keys*, "
+            "the padding runs along the query axis, (B, 1, L, 1): padding is about keys, "
             "so the L axis must be the last one, (B, 1, 1, L).",
             _padding_query_axis,
         ),
@@ -281,7 +281,7 @@ _ALPHA_22_MISTAKES = [
         0.0,
         Mistake(
             "diagonal-masked",
-            "α_22 is the weight of position 2 on *itself*: the causal mask keeps the diagonal "
+            "α_22 is the weight of position 2 on itself: the causal mask keeps the diagonal "
             "(True on and below it), so that weight is not masked to 0.",
         ),
     ),
@@ -289,7 +289,7 @@ _ALPHA_22_MISTAKES = [
         _E / (2 * _E + 1 / _E + 1),
         Mistake(
             "no-mask",
-            "that is the weight without the mask (or with the future zeroed *after* the softmax): "
+            "that is the weight without the mask (or with the future zeroed after the softmax): "
             "the scores of columns 3 and 4 lie in the future, are set to -inf before the softmax "
             "and drop out of the sum.",
         ),

@@ -200,7 +200,7 @@ label_smoothed_loss = Exercise(
         ),
         Mistake(
             "uniform-summed",
-            "the uniform part is eps times the *sum* of -log p_k over the classes: it is eps times "
+            "the uniform part is eps times the sum of -log p_k over the classes: it is eps times "
             "their mean (eps/V on each class).",
             _uniform_summed,
         ),

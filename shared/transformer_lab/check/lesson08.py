@@ -162,7 +162,7 @@ shift_targets = Exercise(
     mistakes=[
         Mistake(
             "no-shift",
-            "the targets are not shifted: the target at position t is the *next* token, "
+            "the targets are not shifted: the target at position t is the next token, "
             "targets[:, t] = idx[:, t + 1].",
             _shift_no_shift,
         ),
@@ -192,7 +192,7 @@ shift_targets = Exercise(
         ),
         Mistake(
             "masks-inputs",
-            "you ignored the positions whose *input* is padding; what counts is the target: "
+            "you ignored the positions whose input is padding; what counts is the target: "
             "set -100 where the target (the next token) is pad_id.",
             _shift_masks_inputs,
         ),
@@ -361,7 +361,7 @@ lm_loss = Exercise(
         ),
         Mistake(
             "no-minus",
-            "the sign is wrong: the loss is the *negative* log-likelihood, "
+            "the sign is wrong: the loss is the negative log-likelihood, "
             "-log P(target), which training minimises.",
             _lm_no_minus,
         ),

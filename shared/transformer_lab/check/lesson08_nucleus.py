@@ -145,7 +145,7 @@ TOP_P_MISTAKES = [
     Mistake(
         "p-drops-crossing",
         "top-p dropped the token whose probability crosses p: keep a token when the tokens more "
-        "likely than it hold *less* than p (cumsum - probs < p), so the kept mass reaches p.",
+        "likely than it hold less than p (cumsum - probs < p), so the kept mass reaches p.",
         _p_drop_crossing,
     ),
     Mistake(
@@ -156,7 +156,7 @@ TOP_P_MISTAKES = [
     ),
     Mistake(
         "p-ascending",
-        "top-p kept the *least* likely tokens: sort the probabilities in descending order "
+        "top-p kept the least likely tokens: sort the probabilities in descending order "
         "(torch.sort(..., descending=True)) before the running sum.",
         _p_ascending,
     ),

@@ -287,7 +287,7 @@ sample_next = Exercise(
     mistakes=[
         Mistake(
             "argmax",
-            "you always take the argmax: sample_next must *draw* a token from "
+            "you always take the argmax: sample_next must draw a token from "
             "next_token_probs(...) (torch.multinomial), greedy only when T = 0 or top_k = 1.",
             _sample_argmax,
         ),

@@ -115,7 +115,7 @@ def _permutation_structure(doc: list[int], out: list[int], eos_id: int, label: s
     if _is_arrangement(out, _pieces(doc, eos_id, before=True)):
         raise Broken(
             "boundary",
-            f"{label}: the document was cut just *before* each {eos_id}, so the boundary token "
+            f"{label}: the document was cut just before each {eos_id}, so the boundary token "
             f"travels with the next sentence: a sentence ends with its {eos_id}. Input {doc}, "
             f"output {out}",
         )

@@ -219,7 +219,7 @@ def uniform_fit(counts: Counter, cells: list, n: int, what: str, label: str, key
             f"each should come out about {expected:.0f} times, and together the counts are "
             f"too far from that (chi-square {stat:.1f} over {k} {what}s, above {threshold:.1f}, "
             f"which a fair shuffle exceeds with probability {FALSE_FAILURE:g}). A common cause: "
-            f"swapping each position with *any* position (j in 0..n-1) instead of one not yet "
+            f"swapping each position with any position (j in 0..n-1) instead of one not yet "
             f"placed (j in i..n-1) makes some orders likelier. Got {table}",
         )
 

@@ -96,7 +96,7 @@ kv_cache_bytes = Exercise(
     mistakes=[
         Mistake(
             "no-factor-2",
-            "the factor 2 is missing: the cache holds a key *and* a value vector per token, "
+            "the factor 2 is missing: the cache holds a key and a value vector per token, "
             "layer and K/V head.",
             _cache_bug("no-factor-2"),
         ),

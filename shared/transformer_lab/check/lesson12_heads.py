@@ -68,7 +68,7 @@ repeat_kv = Exercise(
         Mistake(
             "tiled",
             "the heads are tiled (x.repeat): query head i reads K/V head i mod h_kv. Grouped-query "
-            "attention gives each K/V head n_rep *neighbouring* query heads, i // n_rep: "
+            "attention gives each K/V head n_rep neighbouring query heads, i // n_rep: "
             "repeat_interleave along dim 1, or x[:, :, None].expand(...) then reshape.",
             _tiled,
         ),

@@ -207,7 +207,7 @@ clip_loss = Exercise(
         Mistake(
             "divided-by-scale",
             "the cosine similarities are divided by exp(logit_scale): logit_scale is the log of "
-            "the *inverse* temperature, so multiply by exp(logit_scale).",
+            "the inverse temperature, so multiply by exp(logit_scale).",
             _divide_by_scale,
         ),
         Mistake(
@@ -373,7 +373,7 @@ zero_shot_classify = Exercise(
         ),
         Mistake(
             "probabilities-averaged",
-            "the probabilities of each prompt are averaged: CLIP averages the prompt *vectors* "
+            "the probabilities of each prompt are averaged: CLIP averages the prompt vectors "
             "into one vector per class, then takes one softmax.",
             _zs_probabilities_averaged,
         ),

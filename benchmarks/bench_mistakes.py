@@ -2,7 +2,7 @@
 
     python benchmarks/bench_mistakes.py [--lessons 01 02 ...] [--timeout 600]
 
-The wrong (and one right) implementations per exercise live in ``benchmarks/heldout/lessonNN.py``
+The wrong (and one right) implementations per exercise live in ``benchmarks/heldout/lessonNN.py`` (``--set heldout2``: a second set, written later)
 (``WRONG = {exercise: [impl, ...]}``, ``RIGHT = {exercise: impl}``), written from the released
 exercise texts only, without reading the mistake catalogues. Each lesson runs in its own
 subprocess: every implementation goes through the visible check (``check.<exercise>(impl)``,
@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HELDOUT = Path(__file__).resolve().parent / "heldout"
+BENCHMARKS = Path(__file__).resolve().parent
 KINDS = ("named", "caught", "hidden only", "passed")
 PER_IMPL_S = 120
 
@@ -66,12 +66,12 @@ def _timed(check_fn, impl, **kwargs):
         signal.alarm(0)
 
 
-def worker(lesson: str) -> None:
-    """In the subprocess: run lesson NN's implementations, one JSON line each."""
-    sys.path.insert(0, str(HELDOUT.parent))
+def worker(lesson: str, held_out: str = "heldout") -> None:
+    """In the subprocess: run lesson NN's implementations of the set, one JSON line each."""
+    sys.path.insert(0, str(BENCHMARKS))
     from transformer_lab import check
 
-    module = importlib.import_module(f"heldout.lesson{lesson}")
+    module = importlib.import_module(f"{held_out}.lesson{lesson}")
     jobs = [(name, impl, False) for name, impls in module.WRONG.items() for impl in impls]
     jobs += [(name, impl, True) for name, impl in module.RIGHT.items()]
     for name, impl, right in jobs:
@@ -93,7 +93,9 @@ def worker(lesson: str) -> None:
         print(json.dumps(row), flush=True)
 
 
-def run_lesson(lesson: str, timeout: float, student_dir: str) -> list[dict]:
+def run_lesson(
+    lesson: str, timeout: float, student_dir: str, held_out: str = "heldout"
+) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k != "TRANSFORMER_LAB_GRADING"}
     env.update(
         TRANSFORMER_LAB_STUDENT_DIR=student_dir,
@@ -102,7 +104,7 @@ def run_lesson(lesson: str, timeout: float, student_dir: str) -> list[dict]:
         MPLBACKEND="Agg",
         HF_HUB_OFFLINE="1",
     )
-    cmd = [sys.executable, __file__, "--worker", lesson]
+    cmd = [sys.executable, __file__, "--worker", lesson, "--set", held_out]
     try:
         done = subprocess.run(
             cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
@@ -174,6 +176,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker")
     parser.add_argument("--lessons", nargs="*")
+    parser.add_argument(
+        "--set",
+        default="heldout",
+        help="the held-out package under benchmarks/ (heldout: the first set, seen while the "
+        "catalogues grew; heldout2: written later, unseen by them)",
+    )
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--json", type=Path, help="also write every row here (JSON lines)")
     parser.add_argument(
@@ -181,14 +189,17 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, args.set)
         return 0
-    lessons = args.lessons or sorted(p.stem[len("lesson") :] for p in HELDOUT.glob("lesson*.py"))
+    folder = BENCHMARKS / args.set
+    if not (folder / "__init__.py").is_file():
+        raise SystemExit(f"no held-out set {args.set!r}: {folder} is not a package")
+    lessons = args.lessons or sorted(p.stem[len("lesson") :] for p in folder.glob("lesson*.py"))
     rows = []
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="tl-heldout-") as student_dir:
         for lesson in lessons:
-            got = run_lesson(lesson, args.timeout, student_dir)
+            got = run_lesson(lesson, args.timeout, student_dir, args.set)
             print(f"lesson {lesson}: {len(got)} implementations", file=sys.stderr, flush=True)
             rows += got
     if args.json:

@@ -30,7 +30,7 @@ def clip_frobenius_norm(image_features, text_features, logit_scale):
     img = image_features / image_features.norm()
     txt = text_features / text_features.norm()
     logits = logit_scale.exp() * img @ txt.T
-    labels = torch.arange(logits.shape[0])
+    labels = torch.arange(logits.shape[0], device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
@@ -39,7 +39,7 @@ def clip_divide_by_t(image_features, text_features, logit_scale):
     img = F.normalize(image_features, dim=-1)
     txt = F.normalize(text_features, dim=-1)
     logits = img @ txt.T / logit_scale
-    labels = torch.arange(logits.shape[0])
+    labels = torch.arange(logits.shape[0], device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
@@ -48,7 +48,7 @@ def clip_in_place_norm(image_features, text_features, logit_scale):
     image_features /= image_features.norm(dim=-1, keepdim=True)
     text_features /= text_features.norm(dim=-1, keepdim=True)
     logits = logit_scale.exp() * image_features @ text_features.T
-    labels = torch.arange(logits.shape[0])
+    labels = torch.arange(logits.shape[0], device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
 
 
@@ -67,7 +67,7 @@ def clip_not_transposed(image_features, text_features, logit_scale):
     img = F.normalize(image_features, dim=-1)
     txt = F.normalize(text_features, dim=-1)
     logits = logit_scale.exp() * img @ txt.T
-    labels = torch.arange(logits.shape[0])
+    labels = torch.arange(logits.shape[0], device=logits.device)
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits, labels)) / 2
 
 
@@ -76,7 +76,7 @@ def clip_sum_no_half(image_features, text_features, logit_scale):
     img = F.normalize(image_features, dim=-1)
     txt = F.normalize(text_features, dim=-1)
     logits = logit_scale.exp() * img @ txt.T
-    labels = torch.arange(logits.shape[0])
+    labels = torch.arange(logits.shape[0], device=logits.device)
     return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
 
 

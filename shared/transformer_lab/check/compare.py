@@ -96,16 +96,27 @@ def compare_tensor(expected, got, what: str, dtype, device) -> str | None:
     if torch.allclose(g, e, atol=atol, rtol=rtol, equal_nan=True):
         return None
     if scalar:
-        return f"{what} differs: got {g.item():.6g}, expected {e.item():.6g} ({tolerance})"
+        got_text, expected_text = _distinct(g.item(), e.item())
+        return f"{what} differs: got {got_text}, expected {expected_text} ({tolerance})"
     diff = (g - e).abs().nan_to_num(0.0)
     where = diff.flatten().argmax().item()
     n_bad = int((diff > atol + rtol * e.abs()).sum())
+    got_text, expected_text = _distinct(g.flatten()[where].item(), e.flatten()[where].item())
     return (
         f"{what} differs in {n_bad} of {g.numel()} entries; the largest difference is "
         f"{diff.flatten()[where].item():.3g} at index {format_index(where, g.shape)} "
-        f"(got {g.flatten()[where].item():.6g}, expected {e.flatten()[where].item():.6g}; "
-        f"{tolerance})"
+        f"(got {got_text}, expected {expected_text}; {tolerance})"
     )
+
+
+def _distinct(got: float, expected: float) -> tuple[str, str]:
+    """The two numbers with 6 significant digits, or as many more as it takes to tell them apart
+    (a float32 rounding shows as "got 2.09555, expected 2.09555" at 6)."""
+    for digits in (6, 9, 12, 17):
+        a, b = f"{got:.{digits}g}", f"{expected:.{digits}g}"
+        if a != b:
+            break
+    return a, b
 
 
 def compare_outputs(expected, got, names: tuple[str, ...], dtype, device) -> str | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from . import compare, exercise, generic
+from . import compare, exercise, generic, parameters
 from .devices import available_devices, settings
 from .exercise import Case, Exercise, fail
 from .forbid import ImplementThisYourself
@@ -64,8 +64,18 @@ class _TensorDriver(Driver):
 
     no_grad = ""
 
-    def __init__(self, cases: Callable[[bool], list[Case]], outputs: tuple[str, ...] = ("output",)):
-        self._cases, self.outputs = cases, tuple(outputs)
+    def __init__(
+        self,
+        cases: Callable[[bool], list[Case]],
+        outputs: tuple[str, ...] = ("output",),
+        constant: tuple[str, ...] = (),
+    ):
+        """`constant` names floating inputs whose gradient is not compared: a 0/1 mask given as
+        floats is data, and a right implementation may compare it (mask != 0) instead."""
+        self._cases, self.outputs, self.constant = cases, tuple(outputs), tuple(constant)
+
+    def grad_leaves(self, inputs: dict) -> list:
+        return [(k, v) for k, v in compare.grad_leaves(inputs) if k not in self.constant]
 
     def cases(self, thorough: bool) -> list[Case]:
         return self._cases(thorough)
@@ -88,7 +98,15 @@ class _TensorDriver(Driver):
             fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same, sizes))
         cot = compare.cotangents(expected, seed=7 + index)
         ref_grads = compare.backward(expected, cot, [v for _, v in ref_leaves])
-        stu_grads = compare.backward(compare.as_tuple(got), cot, [v for _, v in stu_leaves])
+        try:  # the student's graph: an in-place change autograd needed raises only here
+            stu_grads = compare.backward(compare.as_tuple(got), cot, [v for _, v in stu_leaves])
+        except Exception as err:
+            fail(
+                ex,
+                f"the backward pass through your code raised {type(err).__name__}: {err}",
+                text,
+                cause=err,
+            )
         for (key, _), rg, sg in zip(ref_leaves, ref_grads, stu_grads):
             if rg is None:
                 continue
@@ -145,7 +163,7 @@ class FunctionDriver(_TensorDriver):
         def run_mistake(impl):
             return impl(**compare.move(base, dtype, device, False))
 
-        leaves = (compare.grad_leaves(ref_in), compare.grad_leaves(stu_in))
+        leaves = (self.grad_leaves(ref_in), self.grad_leaves(stu_in))
         self.compare(ex, case, setting, expected, got, run_mistake, index, *leaves)
 
 
@@ -185,8 +203,8 @@ class ModuleDriver(_TensorDriver):
             return wrong(**compare.move(base, dtype, device, False))
 
         stu_params = dict(student.named_parameters())
-        ref_leaves = compare.grad_leaves(ref_in) + list(reference.named_parameters())
-        stu_leaves = compare.grad_leaves(stu_in) + [
+        ref_leaves = self.grad_leaves(ref_in) + list(reference.named_parameters())
+        stu_leaves = self.grad_leaves(stu_in) + [
             (k, stu_params[k]) for k, _ in reference.named_parameters()
         ]
         self.compare(ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves)
@@ -436,18 +454,22 @@ def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: 
     if stu_keys != set(ref_state):
         missing = sorted(set(ref_state) - stu_keys)
         extra = sorted(stu_keys - set(ref_state))
+        named = parameters.name_parameters(student, missing, extra)
         fail(
             ex,
             "your module's parameters do not match the reference's, so its weights "
             f"cannot be copied in.\n  missing: {missing or 'none'}; unexpected: {extra or 'none'}\n"
             f"  expected parameter names: {sorted(ref_state)} (case: {case.label})",
+            mistake=exercise.Mistake(*named) if named else None,
         )
     for key, value in ref_state.items():
         mine = student.state_dict()[key]
         if mine.shape != value.shape:
+            named = parameters.name_parameter_shape(key, tuple(mine.shape), tuple(value.shape))
             fail(
                 ex,
                 f"parameter `{key}` has shape {tuple(mine.shape)} but the reference's "
                 f"has shape {tuple(value.shape)} (case: {case.label})",
+                mistake=exercise.Mistake(*named) if named else None,
             )
     student.load_state_dict(ref_state)

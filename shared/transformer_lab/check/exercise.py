@@ -32,7 +32,7 @@ import torch
 
 from .. import registry
 from ..registry import EXERCISES
-from . import generic
+from . import crashes, generic
 from .devices import exact_float32
 from .feedback import not_written_sentence, render, student_frames, unwritten, wrap
 from .forbid import ImplementThisYourself, forbid
@@ -110,8 +110,12 @@ def fail(
     """Raise the CheckFailed for `ex`: the one place that words a failure.
 
     `problem` is one sentence saying what differs; `case` the inputs it was seen on; `mistake` the
-    catalogued mistake the student's result matches; `cause` the exception their code raised.
+    catalogued mistake the student's result matches; `cause` the exception their code raised
+    (with no catalogued mistake, ``check.crashes`` may name what causes that error).
     """
+    if mistake is None and cause is not None:
+        named = crashes.name(cause)
+        mistake = Mistake(*named) if named else None
     raise CheckFailed(
         exercise=getattr(ex, "name", ex),
         problem=problem,

@@ -3,7 +3,9 @@
 When no catalogued mistake of an exercise matches, ``name(got, expected, same, sizes)`` looks at
 the first output that differs and asks, in order, whether the student's tensor is
 
-- a Python number where a tensor belongs (``.item()``), or of another dtype (a habit named);
+- a Python number or a NumPy array where a tensor belongs, or of another dtype (a habit named);
+- more values than belong, the first of them right; the right values in the wrong order;
+- off by float32's rounding only in a float64 case (part of it computed in float32);
 - the right values with a size-1 axis too many, too few or misplaced, or with its axes permuted;
 - NaN on whole rows only (a softmax over a row of −inf scores);
 - a constant multiple of the right one (√d, 1/√d, d, 2, −1 … named);
@@ -38,7 +40,13 @@ def name(got, expected, same, sizes=()) -> Named | None:
     got_t = tuple(got) if isinstance(got, (tuple, list)) else (got,)
     exp_t = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
     if len(got_t) != len(exp_t):
-        return None
+        return _extra_values(got_t, exp_t, same)
+    if len(exp_t) > 1 and _same(same, got_t[::-1], exp_t):
+        return (
+            "generic-swapped-results",
+            "your results are the right ones in the wrong order: return them in the order the "
+            "exercise gives (for example (output, weights))",
+        )
     for g, e in zip(got_t, exp_t):
         if not isinstance(e, torch.Tensor):
             return None
@@ -49,6 +57,20 @@ def name(got, expected, same, sizes=()) -> Named | None:
         except Exception:  # a diagnoser must never turn a failure into a crash
             return None
     return None
+
+
+def _extra_values(got_t, exp_t, same) -> Named | None:
+    """A tuple returned where fewer values belong, its first ones the right ones (the output
+    returned with the attention weights)."""
+    if len(got_t) <= len(exp_t) or not _same(same, got_t[: len(exp_t)], exp_t):
+        return None
+    return (
+        "generic-extra-values",
+        f"your code returns {len(got_t)} values where {len(exp_t)} belong(s): the first "
+        f"{'is' if len(exp_t) == 1 else 'are'} right, so return "
+        f"{'it alone' if len(exp_t) == 1 else 'only those'} (keep anything else, such as the "
+        "weights, as an attribute)",
+    )
 
 
 def name_gradient(expected_grad, got_grad, key: str, output_right: bool) -> Named | None:
@@ -98,7 +120,14 @@ def _diagnose(g, e, same, sizes) -> Named | None:
         return _dtype(g, e)
     if tuple(g.shape) != tuple(e.shape):
         return _size_one_axes(g, e, same) or _permuted_axes(g, e, same)
-    for diagnoser in (_nan_rows, _permuted_axes, _constant_factor, _reordered, _shifted):
+    for diagnoser in (
+        _precision,
+        _nan_rows,
+        _permuted_axes,
+        _constant_factor,
+        _reordered,
+        _shifted,
+    ):
         found = (
             diagnoser(g, e, same, sizes) if diagnoser is _constant_factor else diagnoser(g, e, same)
         )
@@ -112,6 +141,13 @@ def _diagnose(g, e, same, sizes) -> Named | None:
 
 
 def _not_a_tensor(g, e) -> Named | None:
+    if type(g).__module__ == "numpy":
+        return (
+            "generic-numpy",
+            "a NumPy array (np.tril, np.ones, .numpy()) where a torch tensor belongs: build it "
+            "with torch's own functions (torch.tril, torch.ones), which keep dtype, device and "
+            "gradients",
+        )
     if isinstance(g, (int, float)) and not isinstance(g, bool) and e.numel() == 1:
         return (
             "generic-python-number",
@@ -201,6 +237,24 @@ def _permuted_axes(g, e, same) -> Named | None:
 
 # ----------------------------------------------------------------------------------------------
 # Values
+
+
+def _precision(g, e, same) -> Named | None:
+    """A float64 result off by float32's rounding only: part of it was computed in float32."""
+    if e.dtype != torch.float64 or e.numel() == 0:
+        return None
+    g64, e64 = g.detach().double().cpu(), e.detach().cpu()
+    if not bool(torch.isfinite(g64).all()) or not bool(torch.isfinite(e64).all()):
+        return None
+    scale = max(float(e64.abs().max()), 1e-30)
+    if float((g64 - e64).abs().max()) > 1e-6 * scale:
+        return None
+    return (
+        "generic-float32-inside",
+        "your result has float32's precision in a float64 case (it is off by about 1e-7 of its "
+        "size): part of it is computed in float32, for example torch.arange(...).float() or a "
+        "tensor made without dtype=x.dtype; build every tensor in the inputs' dtype",
+    )
 
 
 def _nan_rows(g, e, same) -> Named | None:

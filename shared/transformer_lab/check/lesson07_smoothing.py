@@ -130,13 +130,14 @@ def _smoothing_cases(thorough: bool) -> list[Case]:
         case((2, 5, 7), 0.1, 0),
         # one logit 1000 above the rest: softmax underflows to 0 elsewhere, log_softmax does not
         case((6, 4), 0.2, 0, boost=1000.0),
+        # ignore_index may be any integer (the text): one that is no class, and PAD not at 0
+        case((3, 4, 9), 0.1, -100),  # PyTorch's default ignore_index, not a class
+        case((2, 6, 5), 0.1, 4),  # PAD is the last class
     ]
     if thorough:
         cases += [
-            case((3, 4, 9), 0.1, -100),  # PyTorch's default ignore_index, not a class
             case((4, 3), 0.0, 0),  # plain cross-entropy
             case((5, 2), 0.5, -1, pad_fraction=0.0),  # two classes, nothing ignored
-            case((2, 6, 5), 0.1, 4),  # PAD is the last class
             case((1, 1, 3), 0.3, 1, pad_fraction=0.0),
             case((8, 11), 1.0, 0),  # all of the mass spread: uniform targets
         ]

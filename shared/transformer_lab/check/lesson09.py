@@ -131,6 +131,21 @@ def _mask_split_everywhere(tokens, mask_id, vocab_size, p=0.15, generator=None, 
     return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
 
 
+def _mask_fixed_count(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Chooses exactly round(p · eligible) positions (a random permutation), not each position
+    with probability p: the count never varies."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
+    eligible = _eligible(tokens, special_ids)
+    n = round(p * int(eligible.sum()))
+    order = torch.where(eligible, u1, torch.full_like(u1, 2.0)).flatten().argsort()
+    chosen = torch.zeros(tokens.numel(), dtype=torch.bool, device=tokens.device)
+    chosen[order[:n]] = True
+    chosen = chosen.reshape(tokens.shape)
+    return _corrupt(
+        tokens, mask_id, chosen, chosen & (u2 < 0.8), chosen & (u2 >= 0.8) & (u2 < 0.9), r
+    )
+
+
 def _mask_randint_high(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
     """Random ids from torch.randint(0, vocab_size - 1): the last id is never drawn."""
     u1, u2, r = _bert.mask_draws(tokens, vocab_size - 1, generator)
@@ -259,6 +274,13 @@ def _profile(fn, tokens, spec, seed, call=None, label=None) -> dict:
     V, mask_id = spec["V"], spec["mask_id"]
     eligible = _eligible(tokens, spec["specials"])
     chosen = labels != IGNORE
+    fixed_count = _fixed_count(
+        [pair, other],
+        eligible,
+        spec,
+        lambda s: _as_pair(call_mask(s, tokens.clone()), tokens),
+        seed,
+    )
     n_elig, n_special = int(eligible.sum()), int((~eligible).sum())
     n_chosen = int(chosen.sum())
     unchosen = ~chosen & eligible
@@ -290,7 +312,27 @@ def _profile(fn, tokens, spec, seed, call=None, label=None) -> dict:
         "random_ids": inputs[randomised].double().cpu(),
         "random_orig": tokens[randomised].double().cpu(),
         "never_drawn": _never_drawn(inputs[randomised], tokens[randomised], V, mask_id),
+        "fixed_count": fixed_count,
     }
+
+
+def _fixed_count(pairs, eligible, spec, draw, seed) -> bool:
+    """Whether the number of chosen positions is exactly p · n, rounded either way, in four calls
+    with different seeds: independent choices with probability p give a binomial count, which
+    lands on one of the two integers next to p · n with probability about 0.05 when n ≥ 2000
+    (MIN_FOR_STATISTICS), so four times with probability below 1e-5. The third and fourth calls
+    are made only when the first two land there."""
+    p = 0.15 if spec["p"] is None else spec["p"]
+    n = int(eligible.sum())
+    if not 0 < p < 1 or n < MIN_FOR_STATISTICS:
+        return False
+    near = {math.floor(p * n), math.ceil(p * n)}
+
+    def hits(pair) -> bool:
+        return isinstance(pair, tuple) and int(((pair[1] != IGNORE) & eligible).sum()) in near
+
+    with torch.random.fork_rng(devices=[]):
+        return all(hits(pair) for pair in pairs) and all(hits(draw(seed + k)) for k in (2, 3))
 
 
 def _never_drawn(random_ids, originals, V: int, mask_id: int) -> tuple[int, ...]:
@@ -371,6 +413,13 @@ def mask_problem(prof: dict, tokens: torch.Tensor, spec: dict, p: float) -> str 
         problem = _binomial_problem(prof[key], n, prob, what)
         if problem:
             return problem
+    if prof["fixed_count"]:
+        return (
+            f"{prof['chosen_elig']:,d} of {prof['n_elig']:,d} eligible positions were chosen, "
+            f"exactly p · {prof['n_elig']:,d} rounded, and so in four calls with different "
+            "seeds: each position is chosen independently with probability p, so the count "
+            "varies from call to call"
+        )
     if prof["never_drawn"]:
         return (
             f"no random replacement was ever id {list(prof['never_drawn'])}, though a uniform "
@@ -408,7 +457,7 @@ def profiles_agree(a: dict, b: dict) -> bool:
     """True when two profiles could come from the same (random) implementation."""
     if a["form"] or b["form"]:
         return False
-    for flag in ("in_place", "reproducible", "never_drawn"):
+    for flag in ("in_place", "reproducible", "never_drawn", "fixed_count"):
         if a[flag] != b[flag]:
             return False
     fa, fb = _fractions(a), _fractions(b)
@@ -516,6 +565,13 @@ bert_mask_tokens = Exercise(
             "p is ignored: choose each position with probability p (the argument), not always "
             "0.15.",
             _mask_p_ignored,
+        ),
+        Mistake(
+            "fixed-count",
+            "exactly round(p · n) positions are chosen every time (a random permutation): "
+            "choose each position independently with probability p (torch.rand(...) < p), so "
+            "that the number chosen varies as in BERT.",
+            _mask_fixed_count,
         ),
         Mistake(
             "randint-high",

@@ -152,6 +152,7 @@ mean_pool = Exercise(
             _pool_cls,
         ),
     ],
-    driver=FunctionDriver(_pool_cases, outputs=("embedding",)),
+    # a float attention_mask is data: (mask != 0).to(dtype) is right and has no gradient
+    driver=FunctionDriver(_pool_cases, outputs=("embedding",), constant=("attention_mask",)),
     doc="mean_pool(hidden (B, L, d), attention_mask (B, L), normalize=True) -> (B, d)",
 )

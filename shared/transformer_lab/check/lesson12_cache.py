@@ -8,6 +8,8 @@ multi-query model. A failure gives both numbers in bytes, GB and GiB, so that a 
 
 from __future__ import annotations
 
+import numbers
+
 from .. import scaling as _scaling
 from .drivers import Call, ExactDriver
 from .exercise import Exercise, Mistake
@@ -37,6 +39,8 @@ def _cache_bug(bug: str):
             return size / 2**30
         if bug == "gb":
             return size / 1e9
+        if bug == "float":
+            return float(size)
         return size
 
     impl.__name__ = impl.__qualname__ = f"kv_cache_bytes_{bug.replace('-', '_')}"
@@ -73,6 +77,13 @@ def _cases(thorough: bool) -> list[Call]:
             call((4, 4, 8), 0, 10, 2, "an empty batch"),
         ]
     return cases
+
+
+def _same_number(a, b) -> bool:
+    """Equal and of the same type: the text asks for an int, so 2.0 * ... (a float) is not
+    the answer even where its value is (any integer type is an int here, a bool is not)."""
+    whole = [isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in (a, b)]
+    return (all(whole) or type(a) is type(b)) and a == b
 
 
 def _in_units(value: int | float) -> str:
@@ -132,9 +143,18 @@ kv_cache_bytes = Exercise(
             "the result is in GB (bytes / 10**9): return bytes, and convert only when you print.",
             _cache_bug("gb"),
         ),
+        Mistake(
+            "float",
+            "the number of bytes is right but a float (a 2.0, a /, or float(...) on the way): "
+            "return an int, computed with integers only.",
+            _cache_bug("float"),
+        ),
     ],
     driver=ExactDriver(
-        _cases, covered="GPT-3, Llama-2-70B and multi-query shapes", describe=_describe
+        _cases,
+        covered="GPT-3, Llama-2-70B and multi-query shapes",
+        equal=_same_number,
+        describe=_describe,
     ),
     doc="kv_cache_bytes(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None) "
     "-> bytes of the KV cache",

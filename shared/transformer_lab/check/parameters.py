@@ -1,0 +1,70 @@
+"""Generic diagnosers of a module whose parameters are not the reference's.
+
+A module check copies the reference's weights into the student's module by name; when the names
+or shapes differ it cannot, and says which. Some differences have one cause:
+
+- every missing name is a bias (``w_1.bias``): the layers were built with ``bias=False``;
+- a missing name is an attribute of the student's module holding a plain tensor: it was not
+  wrapped in ``nn.Parameter``;
+- the unexpected names are those of PyTorch's ``nn.MultiheadAttention`` (``in_proj_weight``);
+- an ``nn.Linear`` weight of shape (in, out) where (out, in) belongs: its two sizes swapped.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+Named = tuple[str, str]  # (a stable key, the one-sentence "Likely mistake")
+
+
+def name_parameters(student: nn.Module, missing: list[str], extra: list[str]) -> Named | None:
+    """The mistake behind parameter names that differ from the reference's, or None."""
+    plain = [key for key in missing if _plain_tensor(student, key)]
+    if plain:
+        return (
+            "params-plain-tensors",
+            f"{', '.join(f'`{k}`' for k in plain)} "
+            f"{'is a plain tensor' if len(plain) == 1 else 'are plain tensors'}, not "
+            "nn.Parameter: wrap them (self.weight = nn.Parameter(torch.ones(d))) so that the "
+            "optimiser learns them and the state_dict holds them",
+        )
+    if any(key.endswith("in_proj_weight") for key in extra):
+        return (
+            "params-torch-multihead",
+            "PyTorch's nn.MultiheadAttention is used where the course's MultiHeadAttention "
+            "belongs (it stores W^Q, W^K, W^V as one in_proj_weight): build the block from "
+            "transformer_lab's MultiHeadAttention, or your own from lesson 03",
+        )
+    if missing and not extra and all(key.split(".")[-1] == "bias" for key in missing):
+        return (
+            "params-no-bias",
+            "your layers have no biases (bias=False), but the formula adds them (b in x W + b): "
+            "keep nn.Linear's default bias=True",
+        )
+    return None
+
+
+def name_parameter_shape(key: str, mine: tuple, reference: tuple) -> Named | None:
+    """The mistake behind parameter `key` of shape `mine` where `reference` belongs, or None."""
+    if len(mine) == 2 and mine == reference[::-1] and key.endswith("weight"):
+        layer = key.rsplit(".", 1)[0] if "." in key else "the layer"
+        return (
+            "params-linear-swapped",
+            f"nn.Linear(in_features, out_features) takes the input size first: `{layer}` should "
+            f"be nn.Linear({reference[1]}, {reference[0]}), not nn.Linear({mine[1]}, {mine[0]})",
+        )
+    return None
+
+
+def _plain_tensor(module: nn.Module, key: str) -> bool:
+    """Whether `key` ('ln.weight') names an attribute of `module` that is a tensor but neither a
+    parameter nor a buffer."""
+    *path, leaf = key.split(".")
+    owner = module
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return False
+    value = getattr(owner, leaf, None)
+    return isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter)

@@ -45,6 +45,10 @@ from test_browser import (  # noqa: E402
 )
 from test_browser_wrong_answers import check_names, wrong_answer  # noqa: E402
 
+# How long one Run All may take: a quick-mode notebook takes 20-150 s on a quiet 2-core machine
+# in the browser, several times that on a loaded one (TRANSFORMER_LAB_WALK_RUN_S to change it).
+RUN_ALL_MS = int(float(os.environ.get("TRANSFORMER_LAB_WALK_RUN_S", "600")) * 1000)
+
 lab = test_browser.lab  # the fixtures: one JupyterLab for this module, a fresh page per test
 page = test_browser.page
 
@@ -116,7 +120,7 @@ def _wait_idle(page) -> None:
     except test_browser.sync_api.TimeoutError:
         busy = [(c["index"], c["prompt"], c["output"][-300:]) for c in _cells(page)]
         busy = [c for c in busy if "*" in c[1]]
-        raise AssertionError(f"still running or queued after {TIMEOUT_MS * 4} ms: {busy}") from None
+        raise AssertionError(f"still running or queued after {RUN_ALL_MS} ms: {busy}") from None
 
 
 def _until_idle(page) -> None:
@@ -128,7 +132,7 @@ def _until_idle(page) -> None:
             const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
             return idle && prompts.every(p => !p.textContent.includes('*'));
         }""",
-        timeout=TIMEOUT_MS * 4,
+        timeout=RUN_ALL_MS,
     )
 
 

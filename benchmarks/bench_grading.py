@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "shared"), str(REPO / "autograder")]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from transformer_lab_grader import grade, nbgrader_app, sandbox  # noqa: E402
+from transformer_lab_grader import grade, gradebook, gradebook_merge, nbgrader_app, sandbox  # noqa: E402
 
 
 def _table(*columns: str) -> None:
@@ -568,7 +568,7 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
         tmp = Path(tmp)
         course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
-        nbgrader_app.gradebook_assignments(course)  # nbgrader's imports, before the clocks
+        gradebook.gradebook_assignments(course)  # nbgrader's imports, before the clocks
         old, new = tmp / "old", tmp / "new"
         shutil.copytree(course, old)
         shutil.copytree(course, new)
@@ -583,7 +583,7 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
         for label, batch in rounds:
             if not new_only:
                 _, o_wall, o_cpu = _timed(oracle.merge_one_by_one, old, batch)
-            _, n_wall, n_cpu = _timed(nbgrader_app.merge_into_gradebook, new, batch)
+            _, n_wall, n_cpu = _timed(gradebook_merge.merge_into_gradebook, new, batch)
             if new_only:
                 before, speedup, same = "- | -", "-", "-"
             else:

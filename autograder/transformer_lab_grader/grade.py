@@ -45,7 +45,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import cell_limits, identities, nbgrader_app, sandbox, timing
+from . import cell_limits, gradebook_merge, identities, nbgrader_app, sandbox, timing
 from . import worker as job_worker
 from .course import PACKAGE_REPO
 from .notebook_format import graded_cells, released_notebooks
@@ -214,7 +214,7 @@ class Grader:
         if self.out is not None:
             write_csv(records, Path(self.out), {self.assignment: self.cells})
         try:
-            nbgrader_app.merge_into_gradebook(self.course, records)
+            gradebook_merge.merge_into_gradebook(self.course, records)
         except Exception as error:  # the records and the CSV are what counts
             self.say(f"warning: could not merge into the course gradebook: {error}")
         return records

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import nbgrader_app, sandbox
+from . import gradebook, nbgrader_app, sandbox
 from .failures import clean_failure
 from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
@@ -50,7 +50,7 @@ def read_results(course: Path, spec: dict, report: dict) -> tuple[dict, dict, li
     judge's notes (cells stopped at their limit, the timeout budget spent) and a note for a
     cell that ran out of memory."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
-    scores = nbgrader_app.cell_scores(course, assignment, student, cells)
+    scores = gradebook.cell_scores(course, assignment, student, cells)
     outputs, notes = {}, [str(n) for n in report.get("notes", [])]
     for name in spec["notebooks"]:
         nb = nbformat.read(_autograded(course, spec, name), as_version=4)

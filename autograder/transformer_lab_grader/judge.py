@@ -34,7 +34,7 @@ from .cell_limits import RECHECK, TimeoutBudget, cell_key
 from .failures import failure_named, failure_of
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
 from .sandbox import GRADING_FLAG
-from .verify_child import CELL_TIMED_OUT
+from .verify_cells import CELL_TIMED_OUT
 from .verify_remote import CheckFront, TestNames
 from .verify_session import MAX_RESTARTS, PER_TEST, Session
 from .verify_wire import MAX_TEXT, ChildGone

@@ -21,7 +21,7 @@ import pytest
 
 from transformer_lab_grader import cell_limits, grade, judge, nbgrader_app, sandbox
 from transformer_lab_grader.cell_limits import CellLimits
-from transformer_lab_grader.verify_child import CELL_TIMED_OUT
+from transformer_lab_grader.verify_cells import CELL_TIMED_OUT
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"

@@ -580,11 +580,11 @@ def test_identical_submissions_are_listed_and_scored_as_they_are(course, tmp_pat
 
 def test_counting_the_untouched_release_as_copies_fails_the_check(course, tmp_path, monkeypatch):
     """Mutant: every blank submission listed as a copy of the others."""
-    from transformer_lab_grader import report
+    from transformer_lab_grader import report_summary
 
-    real = report.identical_submissions
+    real = report_summary.identical_submissions
     monkeypatch.setattr(
-        report, "identical_submissions", lambda records, untouched="": real(records)
+        report_summary, "identical_submissions", lambda records, untouched="": real(records)
     )
     assert _class_with_copies(course, tmp_path)["identical"] != [["amy", "ben"]]
 

@@ -30,7 +30,9 @@ import torch
 
 from transformer_lab.notebook_setup import SETUP_ID
 
-from .judge import Cell, Judge, Limits, cells_of
+from .judge import Judge
+from .judge_cells import Cell, cells_of
+from .judge_limits import Limits
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, unmarked
 from .verify_flags import source_flags
 from .verify_wire import VerifyError

@@ -2,7 +2,7 @@
 
 The instructor's process does what a local run does (find the students, skip those already
 graded, validate every record, write results/, the CSV and the gradebook); only the grading of one
-student, the unit of work of `grade.Grader._grade`, moves to a Dask worker:
+student, the unit of work of `grading.Grader._grade`, moves to a Dask worker:
 
 1. Once per run, the course files a job needs travel to the cluster as one task input (held by
    the scheduler, so a worker that dies does not lose it): autograder/*.py,
@@ -40,8 +40,9 @@ import uuid
 from pathlib import Path
 
 from .cluster_worker import entry, identity
-from .grade import MAX_NOTEBOOK_BYTES, Grader
+from .grading import Grader
 from .records import validate_record
+from .submission import MAX_NOTEBOOK_BYTES
 
 # Students waiting on the cluster at once (one thread each here; Dask queues them on its side).
 IN_FLIGHT = 512
@@ -225,7 +226,7 @@ class ClusterGrader(Grader):
             "settings": pickle.dumps(settings),
             "environ": {
                 name: os.environ.get(name)
-                for name in ("TRANSFORMER_LAB_QUICK",)  # read by grade._env on the worker
+                for name in ("TRANSFORMER_LAB_QUICK",)  # read by run_setup.job_env on the worker
             },
         }
         key = f"transformer-lab-course-{self.assignment}-{uuid.uuid4().hex[:8]}"

@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 
 from . import worker as job_worker
-from .grade import Grader
-from .grade import _env as grade_env
+from .grading import Grader
+from .run_setup import job_env
 
 # ----------------------------------------------------------------------------------------------
 # What both sides compare: the package's code.
@@ -176,8 +176,8 @@ def grade_on_worker(shared: dict, task: dict) -> dict:
         grader.run_dir = root / "run"
         grader._base = base
         if grader.use_worker:  # one pre-imported worker per Dask worker process forks the jobs
-            grader._worker = job_worker.process_worker(lambda home: grade_env(course, home))
-        with _ENV_LOCK:  # what the job's environment takes from this process (grade._env)
+            grader._worker = job_worker.process_worker(lambda home: job_env(course, home))
+        with _ENV_LOCK:  # what the job's environment takes from this process (run_setup.job_env)
             for name, value in shared["environ"].items():
                 if value is None:
                     os.environ.pop(name, None)

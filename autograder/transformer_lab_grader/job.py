@@ -5,7 +5,7 @@ gradebook, hand back one record.
     python -m transformer_lab_grader.job --job SPEC.json
 
 The job is trusted code and runs outside the student's box: only the student's process
-(`verify_child`, started by the judge) is boxed. The spec (written by `grade.Grader`) names the
+(`verify_child`, started by the judge) is boxed. The spec (written by `grading.Grader`) names the
 student, the assignment, the job's private course copy, the graded cells, the limits and the
 box; the record goes to the pipe whose descriptor is in TRANSFORMER_LAB_RESULT_FD, and `grade`
 validates it (`records.validate_record`).

@@ -135,7 +135,7 @@ def release_assignment(root: Path, assignment: str, exchange: Path, course_id: s
     )
 
 
-# The base gradebook's `generate_assignment`, run as a grading job is (`grade.Grader._launch`:
+# The base gradebook's `generate_assignment`, run as a grading job is (`run_setup.RunSetup._launch`:
 # forked from the pre-imported worker where there is one): sys.argv[1] is the assignment.
 PREPARE = (
     "import sys; from transformer_lab_grader.nbgrader_app import generate_here; "

@@ -164,7 +164,7 @@ def _reset_import_time_state() -> None:
     traitlets, torch, transformer_lab and its checks; not matplotlib): HOME, JUPYTER_*,
     IPYTHONDIR, TRANSFORMER_LAB_* (course root, student folder, quick and grading mode) are read
     when called, not at import (IPython's folder too). Read at import, and the same in the
-    worker's environment as in every job's (both from `grade._env`, i.e.
+    worker's environment as in every job's (both from `run_setup.job_env`, i.e.
     `sandbox.GRADING_ENV`): tqdm's TQDM_* defaults, the thread counts (OMP_NUM_THREADS;
     torch.set_num_threads(1) in `trusted_imports`) and MPLBACKEND. What remains is reset here;
     tests/grading/test_worker.py::test_import_time_state_follows_the_job checks the lot."""

@@ -26,7 +26,15 @@ import nbformat
 import pytest
 from distributed import Client
 
-from transformer_lab_grader import cluster, cluster_worker, grade, nbgrader_app, sandbox, submission
+from transformer_lab_grader import (
+    cluster,
+    cluster_worker,
+    grade,
+    nbgrader_app,
+    notebook_format,
+    sandbox,
+    submission,
+)
 from transformer_lab_grader import records as rec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -427,7 +435,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(course, submissions, tmp_path
 def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp_path):
     """A worker gets the bytes of the top-level notebooks only, and the names of the rest: the
     repair (which notebook, its notes, its flags) must come out the same."""
-    released = grade.released_notebooks(REPO, LESSON)
+    released = notebook_format.released_notebooks(REPO, LESSON)
     folder = tmp_path / "in" / "partial" / LESSON
     shutil.copytree(submissions / "partial" / LESSON, folder, symlinks=True)
     (folder / ".ipynb_checkpoints").mkdir(exist_ok=True)

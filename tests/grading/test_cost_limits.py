@@ -22,6 +22,7 @@ import pytest
 from transformer_lab_grader import (
     cell_limits,
     grade,
+    grading,
     judge,
     judge_cells,
     judge_limits,
@@ -116,8 +117,8 @@ def small_course(tmp_path) -> Path:
     return course
 
 
-def _grader(course: Path, tmp_path: Path, **limits) -> grade.Grader:
-    grader = grade.Grader.__new__(grade.Grader)  # no released notebook needed for the limits
+def _grader(course: Path, tmp_path: Path, **limits) -> grading.Grader:
+    grader = grading.Grader.__new__(grading.Grader)  # no released notebook needed for the limits
     grader.course, grader.assignment, grader.quiet = course, "L", True
     grader.limits = sandbox.Limits(**limits)
     grader.run_dir = tmp_path / "run"
@@ -145,7 +146,7 @@ def test_reference_times_are_measured_once_and_remeasured_when_the_solution_chan
 
 
 def test_override_floor_factor_and_course_settings(small_course, tmp_path, monkeypatch):
-    monkeypatch.setattr(grade.Grader, "_measure", lambda self, p: {"slow": 1.0})
+    monkeypatch.setattr(grading.Grader, "_measure", lambda self, p: {"slow": 1.0})
     fixed = _grader(small_course, tmp_path, cell_timeout=7)._derive_limits()
     assert (fixed.for_ids(None, "slow"), fixed.for_ids(None, "other")) == (7.0, 7.0)
     default = _grader(small_course, tmp_path)._derive_limits()
@@ -445,7 +446,7 @@ def test_a_cell_or_test_that_hit_its_limit_gets_the_short_limit_next_time():
 def test_the_budget_comes_from_the_course_settings_or_the_override(
     small_course, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(grade.Grader, "_measure", lambda self, p: {"slow": 1.0})
+    monkeypatch.setattr(grading.Grader, "_measure", lambda self, p: {"slow": 1.0})
     assert _grader(small_course, tmp_path)._derive_limits().budget == cell_limits.BUDGET
     assert _grader(small_course, tmp_path, cell_budget=5)._derive_limits().budget == 5.0
     assert _grader(small_course, tmp_path, cell_timeout=7)._derive_limits().budget is None

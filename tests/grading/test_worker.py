@@ -24,7 +24,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab_grader import grade, job, sandbox, worker, worker_process
+from transformer_lab_grader import grade, job, run_setup, sandbox, worker, worker_process
 from transformer_lab_grader.course import PACKAGE_REPO
 
 needs_namespaces = pytest.mark.skipif(
@@ -34,7 +34,7 @@ needs_namespaces = pytest.mark.skipif(
 
 
 def _worker_env(home: Path) -> dict[str, str]:
-    env = grade._env(PACKAGE_REPO, home)
+    env = run_setup.job_env(PACKAGE_REPO, home)
     env["ONLY_IN_THE_WORKER"] = "1"
     return env
 
@@ -221,7 +221,7 @@ print(json.dumps({
 def _environment_seen(handle, tmp_path: Path) -> tuple[dict, Path]:
     job_dir = tmp_path / "job"
     (job_dir / "tmp").mkdir(parents=True)
-    env = grade._env(PACKAGE_REPO, job_dir / "home")
+    env = run_setup.job_env(PACKAGE_REPO, job_dir / "home")
     env.update(TMPDIR=str(job_dir / "tmp"), TRANSFORMER_LAB_QUICK="0")
     env[sandbox.GRADING_FLAG] = "1"
     result = handle.run(

@@ -356,7 +356,7 @@ def _exchange_class(course: Path, tmp_path: Path) -> dict[str, str]:
         (folder / "submission_secret.txt").write_text(secrets[student])
     got = collect.collect(exchange_root(course), TINY, tmp_path / "collected")
     found = {s: tmp_path / "collected" / s / TINY for s in got.students}
-    identities.remember(course, TINY, tmp_path / "collected", found)
+    identities.keep(course, TINY, identities.read(tmp_path / "collected", found))
     for student in found:
         _graded_record(course, student, 3.0)
     return secrets
@@ -404,7 +404,7 @@ def canvas_reads(name: str) -> tuple[str, str] | None:
 def _canvas_zip_matches(course: Path, tmp_path: Path) -> None:
     got = collect.collect(_zip(tmp_path / "canvas.zip", NAMESAKES), TINY, tmp_path / "out")
     found = {s: tmp_path / "out" / s / TINY for s in got.students}
-    identities.remember(course, TINY, tmp_path / "out", found)
+    identities.keep(course, TINY, identities.read(tmp_path / "out", found))
     for student in found:
         _graded_record(course, student, 1.0)
     (course / "autograder" / "work" / "feedback" / "dave" / TINY).mkdir(parents=True)  # exchange
@@ -517,7 +517,7 @@ def _wide_term(course: Path, tmp_path: Path) -> list[list[str]]:
     got = collect.collect(_zip(tmp_path / "canvas.zip", NAMESAKES), TINY, tmp_path / "out")
     found = {s: tmp_path / "out" / s / TINY for s in got.students}
     found["dave"] = tmp_path / "out" / "dave" / TINY  # from the exchange, say
-    identities.remember(course, TINY, tmp_path / "out", found)
+    identities.keep(course, TINY, identities.read(tmp_path / "out", found))
     _graded_record(course, "111", 3.0)
     _graded_record(course, "222", 1.0)
     _graded_record(course, "dave", 2.0)

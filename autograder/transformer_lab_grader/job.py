@@ -1,5 +1,5 @@
 """One grading job: autograde one student with nbgrader, the student's cells run once in their
-box and every test judged here (`nbgrader_app.JudgedExecute`, `judge`), read the private
+box and every test judged here (`judged_execute.JudgedExecute`, `judge`), read the private
 gradebook, hand back one record.
 
     python -m transformer_lab_grader.job --job SPEC.json
@@ -79,8 +79,8 @@ def _autograded(course: Path, spec: dict, name: str) -> Path:
 
 
 def judge_settings(spec: dict, folder: Path) -> dict:
-    """What `judge_notebook` needs, written beside the job's course: the deadline (wall clock),
-    the student's folder, the limits, the box, where the report goes."""
+    """What `judged_execute.judge_notebook` needs, written beside the job's course: the deadline
+    (wall clock), the student's folder, the limits, the box, where the report goes."""
     return {
         "deadline": time.time() + spec["wall_seconds"] - MARGIN,
         "workdir": str(folder / "student"),

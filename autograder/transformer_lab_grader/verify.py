@@ -2,7 +2,7 @@
 course's released test cells (hidden tests included) in place of whatever test cells the file
 holds. Used to check the reference solution and, in tests, any notebook.
 
-nbgrader's own run is judged the same way (`job.judge_notebook`): the student's cells run once in
+nbgrader's own run is judged the same way (`judged_execute.judge_notebook`): the student's cells run once in
 their process (a bubblewrap box when `box` says so), every test cell runs in the judge with the
 real `transformer_lab.check`, against stand-ins for the student's names that call into that
 process (`verify_remote`); only plain data and tensors come back (`verify_wire`). What runs in

@@ -39,7 +39,7 @@ from .verify_wire import VerifyError
 
 DEFAULT_MEMORY = 6 * 2**30  # address-space limit of the student's process (bytes)
 
-__all__ = ["VerifyError", "released_test_cells", "source_flags", "student_code_cells", "verify"]
+__all__ = ["VerifyError", "released_test_cells", "source_flags", "verify"]
 
 
 # ==============================================================================================
@@ -96,22 +96,6 @@ def released_setup_source(course: Path, lesson: str) -> str | None:
         if cell.get("id") == SETUP_ID and cell.get("cell_type") == "code":
             return cell_source(cell)
     return None
-
-
-def student_code_cells(nb: dict, test_ids, course_code: str | None = None) -> list[tuple[int, str]]:
-    """(index, source) of the submission's code cells that are not graded test cells, nor the
-    course's own setup cell left exactly as released (`course_code`); an edited setup cell is the
-    student's code like any other."""
-    out = []
-    for i, cell in enumerate(nb["cells"]):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        if nbgrader_meta(cell).get("grade_id") in test_ids or is_test_cell(cell):
-            continue
-        if course_code is not None and cell_source(cell) == course_code:
-            continue
-        out.append((i, cell_source(cell)))
-    return out
 
 
 def verify(

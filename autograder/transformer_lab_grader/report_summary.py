@@ -29,7 +29,7 @@ import nbformat
 from . import failures
 from .notebook_format import check_calls, is_graded, is_test_cell, nbgrader_meta
 
-TOP_N = 5
+TOP_N = 5  # the mistakes listed per exercise (twice as many for the whole assignment)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,7 +142,6 @@ def summarise(
     catalogue: dict,
     problems: list[str] | None = None,
     fallback: list[str] | None = None,
-    top_n: int = TOP_N,
     untouched: str = "",
 ) -> dict:
     """Every number of the report as plain JSON-ready data. `untouched`: the digest of the
@@ -205,7 +204,7 @@ def summarise(
                 "passed": passed,
                 "graded": n,
                 "pass_rate": passed / n if n else None,
-                "top_mistakes": [{"sentence": s, "students": c} for c, s in mistakes[:top_n]],
+                "top_mistakes": [{"sentence": s, "students": c} for c, s in mistakes[:TOP_N]],
             }
         )
 
@@ -238,7 +237,7 @@ def summarise(
         "scores": {s: r["score"] for s, r in sorted(graded.items())},
         "cells": cell_rows,
         "exercises": exercise_rows,
-        "top_mistakes": top[: 2 * top_n],
+        "top_mistakes": top[: 2 * TOP_N],
         "unnamed_failures": unnamed_rows,
         "flagged": {s: r["flags"] for s, r in sorted(records.items()) if r["flags"]},
         "identical": identical_submissions(records, untouched),

@@ -38,7 +38,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "shared"), str(REPO / "autograder")]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from transformer_lab_grader import grade, nbgrader_app, sandbox  # noqa: E402
+from transformer_lab_grader import (  # noqa: E402
+    grade,
+    gradebook,
+    gradebook_merge,
+    grading,
+    nbgrader_app,
+    run_setup,
+    sandbox,
+)
 
 
 def _table(*columns: str) -> None:
@@ -363,7 +371,7 @@ def many_cores_and_machines(lesson: str, students: int) -> None:
 
 
 def _grading_env(course: Path, home: Path) -> dict[str, str]:
-    return grade._env(course, home)
+    return run_setup.job_env(course, home)
 
 
 def _timed(fn, *args, **kwargs):
@@ -376,7 +384,7 @@ def _prepared_course(tmp: Path, lesson: str) -> Path:
     """A course copy whose per-run caches (reference times, in the notebook and in the
     re-check; base gradebook) are warm."""
     course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
-    grader = grade.Grader(course, lesson, tmp, quiet=True)
+    grader = grading.Grader(course, lesson, tmp, quiet=True)
     grader.run_dir = tmp / "warm"
     grader.time_limits()
     grader.base_gradebook()
@@ -568,7 +576,7 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
     with tempfile.TemporaryDirectory(prefix="bench-merge-") as tmp:
         tmp = Path(tmp)
         course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
-        nbgrader_app.gradebook_assignments(course)  # nbgrader's imports, before the clocks
+        gradebook.gradebook_assignments(course)  # nbgrader's imports, before the clocks
         old, new = tmp / "old", tmp / "new"
         shutil.copytree(course, old)
         shutil.copytree(course, new)
@@ -583,7 +591,7 @@ def merge_cost(students: int, lesson: str = "02_qkv_attention", new_only: bool =
         for label, batch in rounds:
             if not new_only:
                 _, o_wall, o_cpu = _timed(oracle.merge_one_by_one, old, batch)
-            _, n_wall, n_cpu = _timed(nbgrader_app.merge_into_gradebook, new, batch)
+            _, n_wall, n_cpu = _timed(gradebook_merge.merge_into_gradebook, new, batch)
             if new_only:
                 before, speedup, same = "- | -", "-", "-"
             else:

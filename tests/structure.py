@@ -20,9 +20,13 @@ Every `.py` file under SRC/PACKAGE is a module, read with `ast` (nothing is impo
 - **One way.** Imports go one way: the grader (`transformer_lab_grader`) imports the course's
   package, never the reverse (`ONE_WAY`). Any import of a forbidden package is reported, lazy,
   under `if TYPE_CHECKING:` or through `importlib.import_module("...")` with a literal name.
+- **Layers.** A package of `LAYERS` (the grader) names its layers, top first: CLI -> commands ->
+  pipeline steps -> sandbox and judge -> formats. A module may import (at any depth, as for
+  cycles) its own layer's modules and those below, never one above; a module in no layer is
+  reported too, so that a new module is placed on purpose.
 
 Prints one line per problem and a summary, "structure: C cycles, P private reaches, F imports
-against the one way"; exits 1 when there is a problem.
+against the one way, L imports against the layers"; exits 1 when there is a problem.
 """
 
 from __future__ import annotations
@@ -40,6 +44,63 @@ ROOT = Path(__file__).resolve().parents[1]
 ONE_WAY = {"transformer_lab": ("transformer_lab_grader",)}
 # packages whose top-level modules share private names, as a subpackage's do
 ONE_UNIT = ("transformer_lab_grader",)
+# package -> its layers, top first: (name, its modules, named without the package)
+LAYERS = {
+    "transformer_lab_grader": [
+        ("cli", {"cli"}),
+        ("commands", {"commands"}),
+        (
+            "pipeline steps",
+            {
+                "release",
+                "collect",
+                "identities",
+                "submission",
+                "grade",
+                "grading",
+                "regrade",
+                "run_setup",
+                "cluster",
+                "cluster_worker",
+                "worker",
+                "worker_process",
+                "job",
+                "nbgrader_app",
+                "gradebook",
+                "gradebook_merge",
+                "manual",
+                "term",
+                "export",
+                "feedback",
+                "lms_feedback",
+                "report",
+                "report_summary",
+            },
+        ),
+        (
+            "sandbox and judge",
+            {
+                "judged_execute",
+                "judge",
+                "judge_cells",
+                "judge_limits",
+                "cell_limits",
+                "verify",
+                "verify_flags",
+                "verify_session",
+                "verify_remote",
+                "verify_wire",
+                "verify_child",
+                "verify_cells",
+                "verify_guard",
+                "verify_earlier",
+                "sandbox",
+                "bubblewrap",
+            },
+        ),
+        ("formats", {"records", "failures", "notebook_format", "course", "timing", "maths_html"}),
+    ]
+}
 
 
 @dataclass
@@ -62,18 +123,21 @@ class Report:
     cycles: list[list[str]] = field(default_factory=list)
     private: list[str] = field(default_factory=list)
     backward: list[str] = field(default_factory=list)
+    layers: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.cycles and not self.private and not self.backward
+        return not (self.cycles or self.private or self.backward or self.layers)
 
     def lines(self) -> list[str]:
         out = [f"cycle: {' -> '.join(cycle)}" for cycle in self.cycles]
         out += [f"private: {reach}" for reach in self.private]
         out += [f"one way: {reach}" for reach in self.backward]
+        out += [f"layer: {problem}" for problem in self.layers]
         out.append(
             f"structure: {len(self.cycles)} cycles, {len(self.private)} private reaches, "
-            f"{len(self.backward)} imports against the one way"
+            f"{len(self.backward)} imports against the one way, "
+            f"{len(self.layers)} imports against the layers"
         )
         return out
 
@@ -130,9 +194,32 @@ def _imported_names(module: Module, node: ast.AST) -> list[str]:
     return []
 
 
-def check(src: Path, package: str, forbid: tuple[str, ...] | None = None) -> Report:
-    """`forbid`: packages `package` must not import (default: ONE_WAY's)."""
+def layer_problems(
+    graph: nx.DiGraph, package: str, layers: list[tuple[str, set[str]]]
+) -> list[str]:
+    """The modules of `package` in no layer, and each import of a module of a higher layer."""
+    where = {
+        f"{package}.{name}": (rank, layer)
+        for rank, (layer, names) in enumerate(layers)
+        for name in names
+    }
+    problems = [f"{m} is in no layer" for m in sorted(graph) if m != package and m not in where]
+    for user, used in sorted(graph.edges):
+        if user in where and used in where and where[used][0] < where[user][0]:
+            problems.append(f"{user} ({where[user][1]}) imports {used} ({where[used][1]})")
+    return problems
+
+
+def check(
+    src: Path,
+    package: str,
+    forbid: tuple[str, ...] | None = None,
+    layers: list[tuple[str, set[str]]] | None = None,
+) -> Report:
+    """`forbid`: packages `package` must not import (default: ONE_WAY's); `layers`: its layers,
+    top first (default: LAYERS')."""
     forbid = ONE_WAY.get(package, ()) if forbid is None else forbid
+    layers = LAYERS.get(package) if layers is None else layers
     modules = find_modules(src, package)
     graph = nx.DiGraph()
     graph.add_nodes_from(modules)
@@ -191,6 +278,8 @@ def check(src: Path, package: str, forbid: tuple[str, ...] | None = None) -> Rep
             continue  # a package and one of its submodules
         report.cycles.append(members)
     report.cycles.sort()
+    if layers:
+        report.layers = layer_problems(graph, package, layers)
     report.private = sorted(set(report.private))
     report.backward = sorted(set(report.backward))
     return report

@@ -1,6 +1,7 @@
 """tests/structure.py on the two packages (no import cycle, no private name used across packages,
-the course's package never importing the grader), and on throwaway packages that have each problem (the checker must report it) or look like one but
-are allowed (it must not)."""
+the course's package never importing the grader, the grader's imports going down its layers),
+and on throwaway packages that have each problem (the checker must report it) or look like one
+but are allowed (it must not)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from pathlib import Path
 import pytest
 import structure
 
-# Cycles the packages have today, each to be removed, not added to: the grader's `grade` imports
-# `cluster` lazily to hand a --scheduler run to it, and `cluster` builds on `grade.Grader`.
-KNOWN_CYCLES = [["transformer_lab_grader.cluster", "transformer_lab_grader.grade"]]
+# Cycles the packages have today, each to be removed, not added to.
+KNOWN_CYCLES: list[list[str]] = []
 
 
 PACKAGES = [("shared", "transformer_lab"), ("autograder", "transformer_lab_grader")]
@@ -161,3 +161,42 @@ def test_the_grader_shares_private_names_across_its_modules_as_one_unit(tmp_path
 def test_a_folder_without_the_package_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no package 'pkg'"):
         structure.check(tmp_path, "pkg")
+
+
+LAYERS = [("top", {"a"}), ("middle", {"b", "c"}), ("bottom", {"d"})]
+
+
+def test_imports_against_the_layers_are_reported(tmp_path):
+    """Downward and sideways imports pass; an upward one (lazy too) and a module in no layer do not."""
+    files = {
+        "pkg/a.py": "from pkg import b, d\n",
+        "pkg/b.py": "from . import c\n",
+        "pkg/c.py": "import pkg.d\n",
+        "pkg/d.py": "def f():\n    from pkg import b\n",
+        "pkg/e.py": "",
+    }
+    report = structure.check(make_package(tmp_path, files), "pkg", layers=LAYERS)
+    assert report.layers == ["pkg.e is in no layer", "pkg.d (bottom) imports pkg.b (middle)"]
+    assert not report.ok
+
+
+def test_mutant_grader_whose_sandbox_imports_a_command_is_caught(tmp_path, capsys):
+    """The real grader, its sandbox reaching up to the commands (lazily; a cycle too), and a new
+    module left out of the layers: both must fail the real LAYERS."""
+    grader = tmp_path / "transformer_lab_grader"
+    shutil.copytree(
+        structure.ROOT / "autograder" / "transformer_lab_grader",
+        grader,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    sandbox = grader / "sandbox.py"
+    sandbox.write_text(sandbox.read_text() + "\n\ndef f():\n    from . import commands\n")
+    (grader / "helpers.py").write_text("")
+    argv = [str(tmp_path), "--package", "transformer_lab_grader"]
+    assert structure.main(argv) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line for line in lines if line.startswith("layer: ")] == [
+        "layer: transformer_lab_grader.helpers is in no layer",
+        "layer: transformer_lab_grader.sandbox (sandbox and judge) imports "
+        "transformer_lab_grader.commands (commands)",
+    ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import nbgrader_app
+from . import gradebook, nbgrader_app
 from .course import collected_dir, course_root, exchange_root, require_lesson
 
 
@@ -29,7 +29,7 @@ def autograde(course: Path, assignment: str, notebooks: list[Path], student: str
     if notebooks:
         nbgrader_app.submit(course, assignment, notebooks, student)
     nbgrader_app.autograde(course, assignment, student)
-    for (who, lesson, name), (score, max_score) in nbgrader_app.all_scores(course).items():
+    for (who, lesson, name), (score, max_score) in gradebook.all_scores(course).items():
         if student in ("*", who):
             print(f"{who} {lesson}/{name}: {score:g} / {max_score:g}")
     return 0

@@ -16,7 +16,7 @@ long CSV adds ``submitted_at``, ``due``, ``days_late``, ``penalty_percent`` and
 penalised score, the one the LMS keeps. With a roster, every enrolled student without a record
 has a row with status ``missing`` (score 0 or blank, as the roster section says).
 
-The scores also reach nbgrader's gradebook (`nbgrader_app.merge_into_gradebook`, called by
+The scores also reach nbgrader's gradebook (`gradebook_merge.merge_into_gradebook`, called by
 `grade`), so that nbgrader's own tools see them.
 """
 

@@ -42,7 +42,7 @@ from .notebook_format import (
     without_hidden_tests,
 )
 from .records import load_class_records, now
-from .report import released_cells
+from .report_summary import released_cells
 
 TAGS = re.compile(r"<[^>]+>")
 BLOCKS = re.compile(r"<(style|script)\b.*?</\1>", re.S | re.I)

@@ -7,10 +7,10 @@ plus, for an exchange submission, nbgrader's ``submission_secret.txt`` (feedback
 the student under a name made from it). A student id `collect` did not name (a folder laid out
 by hand) is its own display name, with no LMS.
 
-``grade`` calls `remember` for every student it finds, so the register always covers the
-records; a student graded from another folder later keeps one entry, the latest. ``export``
-(the LMS's id beside each row) and ``feedback`` (release through the exchange, the LMS zip) read
-it with `load`.
+``grade`` registers every student it finds (`read`, then `keep`), so the register always
+covers the records; a student graded from another folder later keeps one entry, the latest.
+``export`` (the LMS's id beside each row) and ``feedback`` (release through the exchange, the LMS
+zip) read it with `load`.
 """
 
 from __future__ import annotations
@@ -73,8 +73,3 @@ def keep(course: Path, assignment: str, whos: dict[str, dict]) -> None:
     register = load(course, assignment)
     register.update(whos)
     write_atomic(register_path(course, assignment), json.dumps(register, indent=1, sort_keys=True))
-
-
-def remember(course: Path, assignment: str, submissions: Path, found: dict[str, Path]) -> None:
-    """Register the students `grade` found in `submissions` (`found`: {student: folder})."""
-    keep(course, assignment, read(submissions, found))

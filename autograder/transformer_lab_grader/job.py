@@ -1,11 +1,11 @@
 """One grading job: autograde one student with nbgrader, the student's cells run once in their
-box and every test judged here (`nbgrader_app.JudgedExecute`, `judge`), read the private
+box and every test judged here (`judged_execute.JudgedExecute`, `judge`), read the private
 gradebook, hand back one record.
 
     python -m transformer_lab_grader.job --job SPEC.json
 
 The job is trusted code and runs outside the student's box: only the student's process
-(`verify_child`, started by the judge) is boxed. The spec (written by `grade.Grader`) names the
+(`verify_child`, started by the judge) is boxed. The spec (written by `grading.Grader`) names the
 student, the assignment, the job's private course copy, the graded cells, the limits and the
 box; the record goes to the pipe whose descriptor is in TRANSFORMER_LAB_RESULT_FD, and `grade`
 validates it (`records.validate_record`).
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import nbgrader_app, sandbox
+from . import gradebook, nbgrader_app, sandbox
 from .failures import clean_failure
 from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
@@ -50,7 +50,7 @@ def read_results(course: Path, spec: dict, report: dict) -> tuple[dict, dict, li
     judge's notes (cells stopped at their limit, the timeout budget spent) and a note for a
     cell that ran out of memory."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
-    scores = nbgrader_app.cell_scores(course, assignment, student, cells)
+    scores = gradebook.cell_scores(course, assignment, student, cells)
     outputs, notes = {}, [str(n) for n in report.get("notes", [])]
     for name in spec["notebooks"]:
         nb = nbformat.read(_autograded(course, spec, name), as_version=4)
@@ -79,8 +79,8 @@ def _autograded(course: Path, spec: dict, name: str) -> Path:
 
 
 def judge_settings(spec: dict, folder: Path) -> dict:
-    """What `judge_notebook` needs, written beside the job's course: the deadline (wall clock),
-    the student's folder, the limits, the box, where the report goes."""
+    """What `judged_execute.judge_notebook` needs, written beside the job's course: the deadline
+    (wall clock), the student's folder, the limits, the box, where the report goes."""
     return {
         "deadline": time.time() + spec["wall_seconds"] - MARGIN,
         "workdir": str(folder / "student"),

@@ -30,11 +30,11 @@ import os
 import time
 from pathlib import Path
 
-from .cell_limits import RECHECK, TimeoutBudget, cell_key
+from .cell_limits import RECHECK
 from .failures import failure_named, failure_of
-from .notebook_format import cell_source, is_test_cell, nbgrader_meta, python_source, unmarked
+from .judge_cells import Cell, cells_of, label
+from .judge_limits import Limits
 from .sandbox import GRADING_FLAG
-from .verify_child import CELL_TIMED_OUT
 from .verify_remote import CheckFront, TestNames
 from .verify_session import MAX_RESTARTS, PER_TEST, Session
 from .verify_wire import MAX_TEXT, ChildGone
@@ -45,17 +45,6 @@ SHORTENED = (
     " (this test ran past the per-cell time limit of {limit:g} s, shortened because the "
     "notebook had spent its timeout budget of {budget:g} s: an endless loop?)"
 )
-
-
-@dataclasses.dataclass
-class Cell:
-    """A code cell of the notebook: the student's (`test` None) or a graded test (its grade id)."""
-
-    index: int
-    source: str
-    test: str | None = None
-    grade_id: str | None = None
-    cell_id: str | None = None
 
 
 @dataclasses.dataclass
@@ -72,57 +61,6 @@ class Outcome:
     flags: list[str] = dataclasses.field(default_factory=list)
     died: str | None = None
     cpu: float = 0.0  # CPU seconds of the student's processes, as they reported them
-
-
-class Limits:
-    """Each student cell's and each test's time limit, with the notebook's timeout budget
-    (`cell_limits.TimeoutBudget`, shared by the student's process and the tests). Without
-    `cell_limits`: `cell_timeout` everywhere, no budget."""
-
-    def __init__(self, cell_limits=None, cell_timeout: float | None = None):
-        self.cell_limits, self.cell_timeout = cell_limits, cell_timeout
-        self.known: set[str] = set()  # cells and tests that hit their limit: the short one now
-        self.budget = TimeoutBudget(cell_limits.budget if cell_limits is not None else None)
-
-    def pair(self, grade_id=None, cell_id=None) -> tuple[float | None, float | None]:
-        """(full, short) limit of a cell or test."""
-        if self.cell_limits is None:
-            return self.cell_timeout, self.cell_timeout
-        full, short = self.cell_limits.pair(grade_id, cell_id)
-        if (grade_id or cell_id) in self.known:
-            return short, short
-        return full, short
-
-    def cell_spec(self, cells: list[Cell]) -> list[list]:
-        """The student's cells as the student's process runs them: [index, source, full, short]."""
-        return [[c.index, c.source, *self.pair(c.grade_id, c.cell_id)] for c in cells]
-
-    def given(self, cell: Cell) -> float | None:
-        """The limit the student's process gives `cell` now (the same arithmetic as there)."""
-        full, short = self.pair(cell.grade_id, cell.cell_id)
-        return self.budget.limit(full, short) if full else full
-
-    def learn(self, cell: Cell, limit: float | None, error: str) -> bool:
-        """Charge the budget as the student's process did; True if the cell hit its limit."""
-        if not (limit and error.startswith(CELL_TIMED_OUT)):
-            return False
-        self.budget.charge(label(cell), limit)
-        self.known.add(cell.grade_id or cell.cell_id or "")
-        return True
-
-    def test_limit(self, grade_id: str) -> tuple[float | None, float | None]:
-        """(this test's limit, its full limit): from the reference solution's time for this test
-        in the judge (`cell_limits.RECHECK`), where it was measured; else the cell's."""
-        timed = self.cell_limits is not None and RECHECK + grade_id in self.cell_limits.seconds
-        full, short = self.pair(RECHECK + grade_id if timed else grade_id)
-        if grade_id in self.known:
-            full = short
-        limit = self.budget.limit(full, short) if full else full
-        return limit, full
-
-    def test_timed_out(self, grade_id: str, limit: float) -> None:
-        self.budget.charge(grade_id, limit)
-        self.known.add(grade_id)
 
 
 class Judge:
@@ -354,33 +292,6 @@ def _outputs(out: dict, error: dict | None) -> list[dict]:
             }
         )
     return outputs
-
-
-def label(cell: Cell) -> str:
-    """How a note names a cell: its grade id, else its number and id."""
-    return cell.grade_id or cell_key({"id": cell.cell_id or "?"}, cell.index)
-
-
-def cells_of(nb) -> list[Cell]:
-    """The notebook's code cells with some source and not tagged skip-execution, in order:
-    graded test cells (their hidden tests kept, the marker lines dropped) and the student's
-    (IPython magics as Python)."""
-    cells = []
-    for i, cell in enumerate(nb["cells"]):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        source = cell_source(cell)
-        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        if not source.strip() or "skip-execution" in (meta.get("tags") or []):
-            continue  # what nbclient does not run either
-        gid = nbgrader_meta(cell).get("grade_id")
-        gid = gid if isinstance(gid, str) else None
-        cell_id = cell.get("id") if isinstance(cell.get("id"), str) else None
-        if is_test_cell(cell):
-            cells.append(Cell(i, unmarked(source), test=gid, grade_id=gid, cell_id=cell_id))
-        else:
-            cells.append(Cell(i, python_source(source), grade_id=gid, cell_id=cell_id))
-    return cells
 
 
 REFERENCE_SECONDS = 1800.0  # the reference solution's whole run, at most

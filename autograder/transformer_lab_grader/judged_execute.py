@@ -18,7 +18,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from . import judge, sandbox
+from . import judge, judge_cells, judge_limits, sandbox
 from .cell_limits import CellLimits, fixed
 from .notebook_format import python_source
 from .verify_flags import source_flags
@@ -45,12 +45,12 @@ def judge_notebook(nb, settings_path: Path):
         limits = fixed(settings["cell_timeout"])
     setup = settings.get("setup")  # the released setup cell, as the judge would run it
     setup = python_source(setup) if setup is not None else None
-    cells = [c for c in judge.cells_of(nb) if c.source != setup]
+    cells = [c for c in judge_cells.cells_of(nb) if c.source != setup]
     deadline = time.monotonic() + max(settings["deadline"] - time.time(), 1.0)
     outcome = judge.Judge(
         Path(settings["workdir"]),
         deadline=deadline,
-        limits=judge.Limits(limits),
+        limits=judge_limits.Limits(limits),
         memory=settings.get("memory_bytes"),
         box=sandbox.Box.from_json(settings.get("box")),
     ).run(cells)

@@ -8,7 +8,7 @@ A manual grade comes from formgrader (nbgrader's ``manual_score`` and comment in
     {student: {grade_id: {"score", "comment", "source", "at", "submission_sha256"}}}
 
 Autograding never writes this file, so no ``grade`` run (``--force`` included) erases a manual
-grade; and ``nbgrader_app.merge_into_gradebook`` leaves formgrader's manual scores in place.
+grade; and ``gradebook_merge.merge_into_gradebook`` leaves formgrader's manual scores in place.
 `overlay` puts the manual grades over the records that export, report and feedback read: the
 cell's score becomes the manual one, the record's score is recomputed, and the cell says it was
 graded by hand (with the comment). A manual grade given for another submission than the one on
@@ -110,26 +110,24 @@ def import_csv(course: Path, assignment: str, path: Path) -> dict:
     """`grade-manual`: the CSV's grades kept, and written to the gradebook for formgrader."""
     rows = read_csv(Path(path))
     grades = put(course, assignment, rows, source=f"csv:{Path(path).name}")
-    from . import nbgrader_app
+    from . import gradebook
 
-    if nbgrader_app.gradebook_path(course).exists():
-        nbgrader_app.write_manual_grades(course, assignment, rows)
+    if gradebook.gradebook_path(course).exists():
+        gradebook.write_manual_grades(course, assignment, rows)
     return grades
 
 
 def harvest(course: Path, assignment: str) -> int:
     """Keep the manual grades formgrader wrote into the gradebook that are not kept yet (or
     that changed there). Returns how many were taken."""
-    from . import nbgrader_app
+    from . import gradebook
 
-    if not nbgrader_app.gradebook_path(course).exists():
+    if not gradebook.gradebook_path(course).exists():
         return 0
     kept = load(course, assignment)
     new = [
         (student, gid, score, comment)
-        for (student, gid), (score, comment) in nbgrader_app.manual_grades(
-            course, assignment
-        ).items()
+        for (student, gid), (score, comment) in gradebook.manual_grades(course, assignment).items()
         if kept.get(student, {}).get(gid, {}).get("score") != score
         or kept.get(student, {}).get(gid, {}).get("comment") != comment
     ]

@@ -1,4 +1,4 @@
-"""Every call into nbgrader: its commands (run with the course's configuration) and its gradebook.
+"""Every nbgrader command, run with the course's configuration (its gradebook: `gradebook`).
 
 nbgrader only finds its configuration in the current folder, so every nbgrader command runs with
 ``<course>/autograder/`` as its working directory; the gradebook is
@@ -12,24 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import nbformat
 
 from .course import assignments, require_lesson
-from .notebook_format import graded_cells, released_notebooks, repair
-
-
-def gradebook_path(course: Path) -> Path:
-    return Path(course) / "autograder" / "work" / "gradebook.db"
-
-
-def _gradebook(course: Path):
-    from nbgrader.api import Gradebook
-
-    return Gradebook(f"sqlite:///{gradebook_path(course)}")
-
+from .gradebook import gradebook_assignments, gradebook_path
+from .notebook_format import repair
 
 # ----------------------------------------------------------------------------------------------
 # nbgrader's commands.
@@ -146,7 +135,7 @@ def release_assignment(root: Path, assignment: str, exchange: Path, course_id: s
     )
 
 
-# The base gradebook's `generate_assignment`, run as a grading job is (`grade.Grader._launch`:
+# The base gradebook's `generate_assignment`, run as a grading job is (`run_setup.RunSetup._launch`:
 # forked from the pre-imported worker where there is one): sys.argv[1] is the assignment.
 PREPARE = (
     "import sys; from transformer_lab_grader.nbgrader_app import generate_here; "
@@ -275,204 +264,3 @@ def _is_execute(preprocessor) -> bool:
     from nbgrader.preprocessors import Execute
 
     return preprocessor is Execute or preprocessor in EXECUTE_NAMES
-
-
-# ----------------------------------------------------------------------------------------------
-# The gradebook.
-
-
-def gradebook_assignments(root: Path) -> set[str]:
-    """The assignments the course's gradebook knows (none when it does not exist yet)."""
-    if not gradebook_path(root).exists():
-        return set()
-    with _gradebook(root) as gb:
-        return {a.name for a in gb.assignments}
-
-
-def scores(root: Path, assignment: str, student: str) -> dict[str, tuple[float, float]]:
-    with _gradebook(root) as gb:
-        submission = gb.find_submission(assignment, student)
-        return {nb.name: (float(nb.score), float(nb.max_score)) for nb in submission.notebooks}
-
-
-def all_scores(root: Path) -> dict[tuple[str, str, str], tuple[float, float]]:
-    """{(student, assignment, notebook): (score, max_score)} for every graded submission."""
-    result = {}
-    with _gradebook(root) as gb:
-        for assignment in gb.assignments:
-            for submission in assignment.submissions:
-                for nb in submission.notebooks:
-                    key = (submission.student.id, assignment.name, nb.name)
-                    result[key] = (float(nb.score), float(nb.max_score))
-    return result
-
-
-def cell_scores(course: Path, assignment: str, student: str, cells: dict) -> dict[str, float]:
-    """{grade_id: score} of one student's graded cells ({grade_id: {"notebook": ...}})."""
-    scores = {}
-    with _gradebook(course) as gb:
-        for gid, cell in cells.items():
-            row = gb.find_grade(gid, Path(cell["notebook"]).stem, assignment, student)
-            scores[gid] = float(row.score or 0.0)
-    return scores
-
-
-def merge_into_gradebook(course: Path, records: list[dict]) -> int:
-    """Write the records' cell scores into autograder/work/gradebook.db as auto scores, so
-    nbgrader's own tools (formgrader, `nbgrader export`) see them. Only ever called by the
-    parent process (one writer). An assignment the gradebook does not know yet is registered
-    first (`generate`, which rewrites exercises/ byte-identically).
-
-    One pass per assignment: its released cells read once, its students and submissions created
-    in bulk where missing (as nbgrader's `add_submission` does), its grade rows loaded with one
-    query, only the scores that differ written, one commit. The same rows as nbgrader's own
-    `update_or_create_student`, `add_submission` and `find_grade` record by record.
-    Returns the number of submissions merged."""
-    wanted = {r["assignment"] for r in records}
-    unknown = sorted(wanted - gradebook_assignments(Path(course)))
-    if unknown:  # register the assignment's cells and points (byte-identical regeneration)
-        generate(Path(course), unknown, quiet=True)
-    by_assignment: dict[str, list[dict]] = {}
-    for record in records:
-        by_assignment.setdefault(record["assignment"], []).append(record)
-    merged = 0
-    with warnings.catch_warnings(), _gradebook(course) as gb:
-        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes from nbgrader's api
-        known = {a.name: a for a in gb.assignments}
-        for name, group in by_assignment.items():
-            if name in known:
-                cells = graded_cells(released_notebooks(Path(course), name))
-                merged += _merge_assignment(gb.db, known[name], cells, group)
-        gb.db.commit()
-    return merged
-
-
-def _merge_assignment(db, assignment, cells: dict, records: list[dict]) -> int:
-    """The records of one assignment into the open session (no commit)."""
-    from nbgrader.api import SubmittedAssignment
-
-    students = {r["student"] for r in records}
-    _add_missing_students(db, students)
-    have = {
-        student
-        for (student,) in db.query(SubmittedAssignment.student_id).filter(
-            SubmittedAssignment.assignment_id == assignment.id
-        )
-    }
-    for student in sorted(students - have):
-        _add_submission(db, assignment, student)
-    db.flush()
-    rows = _grade_rows(db, assignment)
-    for record in records:
-        for gid, cell in record.get("cells", {}).items():
-            if gid not in cells:
-                continue
-            row = rows.get((record["student"], Path(cells[gid]["notebook"]).stem, gid))
-            if row is not None and row.auto_score != float(cell["score"]):
-                row.auto_score = float(cell["score"])  # a manual score (formgrader's) stays
-    return len(records)
-
-
-def manual_grades(course: Path, assignment: str) -> dict[tuple[str, str], tuple[float, str]]:
-    """{(student, grade_id): (manual score, manual comment)} of every cell formgrader scored
-    by hand in the course's gradebook."""
-    from nbgrader.api import Comment
-
-    found = {}
-    with warnings.catch_warnings(), _gradebook(course) as gb:
-        warnings.simplefilter("ignore")
-        known = {a.name: a for a in gb.assignments}
-        if assignment not in known:
-            return found
-        for (student, _notebook, gid), row in _grade_rows(gb.db, known[assignment]).items():
-            if row.manual_score is None:
-                continue
-            comment = gb.db.query(Comment).filter(
-                Comment.notebook_id == row.notebook_id, Comment.cell.has(name=gid)
-            )
-            text = next((c.manual_comment for c in comment if c.manual_comment), "")
-            found[(student, gid)] = (float(row.manual_score), text or "")
-    return found
-
-
-def write_manual_grades(
-    course: Path, assignment: str, grades: list[tuple[str, str, float, str]]
-) -> int:
-    """Write manual scores and comments (student, grade_id, score, comment) into the gradebook
-    rows that exist (formgrader then shows them); returns how many were written."""
-    from nbgrader.api import Comment
-
-    written = 0
-    with warnings.catch_warnings(), _gradebook(course) as gb:
-        warnings.simplefilter("ignore")
-        known = {a.name: a for a in gb.assignments}
-        if assignment not in known:
-            return 0
-        rows = {
-            (s, gid): row for (s, _nb, gid), row in _grade_rows(gb.db, known[assignment]).items()
-        }
-        for student, gid, score, comment in grades:
-            row = rows.get((student, gid))
-            if row is None:
-                continue
-            row.manual_score = float(score)
-            for note in gb.db.query(Comment).filter(
-                Comment.notebook_id == row.notebook_id, Comment.cell.has(name=gid)
-            ):
-                note.manual_comment = comment
-            written += 1
-        gb.db.commit()
-    return written
-
-
-def _add_missing_students(db, students: set[str]) -> None:
-    from nbgrader.api import Student
-
-    have = {sid for (sid,) in db.query(Student.id).filter(Student.id.in_(students))}
-    db.add_all(Student(id=sid) for sid in sorted(students - have))
-
-
-def _add_submission(db, assignment, student: str) -> None:
-    """What nbgrader's `Gradebook.add_submission` creates (a submitted notebook per notebook, a
-    grade per grade or task cell, a comment per solution or task cell), without its commit."""
-    from nbgrader.api import Comment, Grade, SubmittedAssignment, SubmittedNotebook, new_uuid
-
-    submission = SubmittedAssignment(id=new_uuid(), assignment_id=assignment.id, student_id=student)
-    db.add(submission)
-    for notebook in assignment.notebooks:
-        nb = SubmittedNotebook(id=new_uuid(), notebook_id=notebook.id, assignment_id=submission.id)
-        db.add(nb)
-        graded = [*notebook.grade_cells, *notebook.task_cells]
-        commented = [*notebook.solution_cells, *notebook.task_cells]
-        db.add_all(Grade(cell_id=cell.id, notebook_id=nb.id) for cell in graded)
-        db.add_all(Comment(cell_id=cell.id, notebook_id=nb.id) for cell in commented)
-
-
-def _grade_rows(db, assignment) -> dict[tuple[str, str, str], object]:
-    """{(student, notebook, cell name): Grade} of every submission of the assignment, in one
-    query; a grade cell wins over a task cell of the same name (as in `find_grade`)."""
-    from nbgrader.api import (
-        BaseCell,
-        Grade,
-        Notebook,
-        SubmittedAssignment,
-        SubmittedNotebook,
-    )
-
-    query = (
-        db.query(Grade, BaseCell.name, BaseCell.type, Notebook.name, SubmittedAssignment.student_id)
-        .join(BaseCell, BaseCell.id == Grade.cell_id)
-        .join(SubmittedNotebook, SubmittedNotebook.id == Grade.notebook_id)
-        .join(Notebook, Notebook.id == SubmittedNotebook.notebook_id)
-        .join(SubmittedAssignment, SubmittedAssignment.id == SubmittedNotebook.assignment_id)
-        .filter(
-            SubmittedAssignment.assignment_id == assignment.id,
-            BaseCell.type.in_(("GradeCell", "TaskCell")),
-        )
-    )
-    rows: dict[tuple[str, str, str], object] = {}
-    for grade, cell, kind, notebook, student in query:
-        key = (student, notebook, cell)
-        if kind == "GradeCell" or key not in rows:
-            rows[key] = grade
-    return rows

@@ -33,7 +33,7 @@ def submission_sha256(folder: Path) -> str:
     """Digest of every file in the student's folder (names and bytes), in a stable order, but
     the exchange's own `timestamp.txt` and `submission_secret.txt`: they differ for every
     student and every submission, so two students handing in the same files would never have
-    the same digest (`report.identical_submissions`), nor the untouched release its own."""
+    the same digest (`report_summary.identical_submissions`), nor the untouched release its own."""
     digest = hashlib.sha256()
     bookkeeping = exchange_bookkeeping(folder)
     for path in sorted(

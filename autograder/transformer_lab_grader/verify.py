@@ -2,7 +2,7 @@
 course's released test cells (hidden tests included) in place of whatever test cells the file
 holds. Used to check the reference solution and, in tests, any notebook.
 
-nbgrader's own run is judged the same way (`job.judge_notebook`): the student's cells run once in
+nbgrader's own run is judged the same way (`judged_execute.judge_notebook`): the student's cells run once in
 their process (a bubblewrap box when `box` says so), every test cell runs in the judge with the
 real `transformer_lab.check`, against stand-ins for the student's names that call into that
 process (`verify_remote`); only plain data and tensors come back (`verify_wire`). What runs in
@@ -30,14 +30,16 @@ import torch
 
 from transformer_lab.notebook_setup import SETUP_ID
 
-from .judge import Cell, Judge, Limits, cells_of
+from .judge import Judge
+from .judge_cells import Cell, cells_of
+from .judge_limits import Limits
 from .notebook_format import cell_source, is_test_cell, nbgrader_meta, unmarked
 from .verify_flags import source_flags
 from .verify_wire import VerifyError
 
 DEFAULT_MEMORY = 6 * 2**30  # address-space limit of the student's process (bytes)
 
-__all__ = ["VerifyError", "released_test_cells", "source_flags", "student_code_cells", "verify"]
+__all__ = ["VerifyError", "released_test_cells", "source_flags", "verify"]
 
 
 # ==============================================================================================
@@ -94,22 +96,6 @@ def released_setup_source(course: Path, lesson: str) -> str | None:
         if cell.get("id") == SETUP_ID and cell.get("cell_type") == "code":
             return cell_source(cell)
     return None
-
-
-def student_code_cells(nb: dict, test_ids, course_code: str | None = None) -> list[tuple[int, str]]:
-    """(index, source) of the submission's code cells that are not graded test cells, nor the
-    course's own setup cell left exactly as released (`course_code`); an edited setup cell is the
-    student's code like any other."""
-    out = []
-    for i, cell in enumerate(nb["cells"]):
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        if nbgrader_meta(cell).get("grade_id") in test_ids or is_test_cell(cell):
-            continue
-        if course_code is not None and cell_source(cell) == course_code:
-            continue
-        out.append((i, cell_source(cell)))
-    return out
 
 
 def verify(

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from .sandbox import GRADING_ENV, PACKAGE_PARENTS
+from .bubblewrap import PACKAGE_PARENTS
+from .sandbox import GRADING_ENV
 from .verify_remote import (
     SAFE_MODULES,
     Opaque,
@@ -54,7 +55,7 @@ def _child_env(workdir: Path) -> dict:
 
 # The student's process: an isolated interpreter (-I: no PYTHON* variables, no user site, not
 # its working folder on the path) that imports the judge's own copies of transformer_lab and of
-# this grader (`sandbox.PACKAGE_PARENTS`: their folders, which the box binds read-only).
+# this grader (`bubblewrap.PACKAGE_PARENTS`: their folders, which the box binds read-only).
 CHILD_MAIN = (
     f"import sys; sys.path[:0] = {list(PACKAGE_PARENTS)!r}; "
     "from transformer_lab_grader.verify_child import child_main; "

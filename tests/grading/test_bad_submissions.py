@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab_grader import grade, nbgrader_app, sandbox
+from transformer_lab_grader import grade, nbgrader_app, notebook_format, sandbox
 from transformer_lab_grader import records as rec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -427,9 +427,9 @@ def test_rerun_is_idempotent(run, course):
 
 
 def test_records_are_valid_against_the_release(run, course):
-    cells = grade.graded_cells(grade.released_notebooks(course, LESSON))
+    cells = notebook_format.graded_cells(notebook_format.released_notebooks(course, LESSON))
     for student, record in run["records"].items():
         assert (
-            grade.validate_record(copy.deepcopy(record), student, LESSON, cells)["score"]
+            rec.validate_record(copy.deepcopy(record), student, LESSON, cells)["score"]
             == record["score"]
         )

@@ -26,7 +26,15 @@ import nbformat
 import pytest
 from distributed import Client
 
-from transformer_lab_grader import cluster, grade, nbgrader_app, sandbox, submission
+from transformer_lab_grader import (
+    cluster,
+    cluster_worker,
+    grade,
+    nbgrader_app,
+    notebook_format,
+    sandbox,
+    submission,
+)
 from transformer_lab_grader import records as rec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -399,12 +407,14 @@ def test_a_task_pickled_by_reference_could_not_say_why(unfit_cluster):
         for address, info in client.scheduler_info()["workers"].items()
         if info["name"] == "w0"
     )
-    expected = {"identity": cluster.identity()}
-    by_value = client.submit(cluster.entry(), expected, None, workers=[blocked], pure=False)
+    expected = {"identity": cluster_worker.identity()}
+    by_value = client.submit(cluster_worker.entry(), expected, None, workers=[blocked], pure=False)
     reply = by_value.result(timeout=120)
     assert "cannot import transformer_lab" in reply["unfit"], reply
     assert blocked in reply["unfit"], reply
-    by_reference = client.submit(cluster.unfit_reason, expected, workers=[blocked], pure=False)
+    by_reference = client.submit(
+        cluster_worker.unfit_reason, expected, workers=[blocked], pure=False
+    )
     with pytest.raises(Exception) as failed:
         by_reference.result(timeout=30)
     assert "cannot import transformer_lab" not in str(failed.value)
@@ -425,7 +435,7 @@ def test_an_unreachable_scheduler_is_a_clear_error(course, submissions, tmp_path
 def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp_path):
     """A worker gets the bytes of the top-level notebooks only, and the names of the rest: the
     repair (which notebook, its notes, its flags) must come out the same."""
-    released = grade.released_notebooks(REPO, LESSON)
+    released = notebook_format.released_notebooks(REPO, LESSON)
     folder = tmp_path / "in" / "partial" / LESSON
     shutil.copytree(submissions / "partial" / LESSON, folder, symlinks=True)
     (folder / ".ipynb_checkpoints").mkdir(exist_ok=True)
@@ -439,7 +449,7 @@ def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp
         "link.txt": "link",
     }
     rebuilt = tmp_path / "worker" / "subs" / "partial" / LESSON
-    cluster._rebuild_folder(rebuilt, entries)
+    cluster_worker._rebuild_folder(rebuilt, entries)
     there = submission.prepare_submission(rebuilt, released, tmp_path / "there")
     assert there == here
     assert (tmp_path / "there" / NAME).read_bytes() == (tmp_path / "here" / NAME).read_bytes()
@@ -448,7 +458,7 @@ def test_the_shadow_of_a_folder_repairs_exactly_like_the_folder(submissions, tmp
     )  # sha: from here
     # the mutant: a worker sent the notebooks alone would not list the extra files
     alone = tmp_path / "alone" / "subs" / "partial" / LESSON
-    cluster._rebuild_folder(alone, [e for e in entries if e[1] == "bytes"])
+    cluster_worker._rebuild_folder(alone, [e for e in entries if e[1] == "bytes"])
     assert submission.prepare_submission(alone, released, tmp_path / "alone-out") != here
     with pytest.raises(ValueError, match="bad path"):
-        cluster._rebuild_folder(tmp_path / "evil" / "s" / LESSON, [("../x", "empty", None)])
+        cluster_worker._rebuild_folder(tmp_path / "evil" / "s" / LESSON, [("../x", "empty", None)])

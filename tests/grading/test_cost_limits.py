@@ -19,9 +19,18 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from transformer_lab_grader import cell_limits, grade, judge, nbgrader_app, sandbox
+from transformer_lab_grader import (
+    cell_limits,
+    grade,
+    grading,
+    judge,
+    judge_cells,
+    judge_limits,
+    nbgrader_app,
+    sandbox,
+)
 from transformer_lab_grader.cell_limits import CellLimits
-from transformer_lab_grader.verify_child import CELL_TIMED_OUT
+from transformer_lab_grader.verify_cells import CELL_TIMED_OUT
 
 REPO = Path(__file__).resolve().parents[2]
 LESSON = "02_qkv_attention"
@@ -108,8 +117,8 @@ def small_course(tmp_path) -> Path:
     return course
 
 
-def _grader(course: Path, tmp_path: Path, **limits) -> grade.Grader:
-    grader = grade.Grader.__new__(grade.Grader)  # no released notebook needed for the limits
+def _grader(course: Path, tmp_path: Path, **limits) -> grading.Grader:
+    grader = grading.Grader.__new__(grading.Grader)  # no released notebook needed for the limits
     grader.course, grader.assignment, grader.quiet = course, "L", True
     grader.limits = sandbox.Limits(**limits)
     grader.run_dir = tmp_path / "run"
@@ -137,7 +146,7 @@ def test_reference_times_are_measured_once_and_remeasured_when_the_solution_chan
 
 
 def test_override_floor_factor_and_course_settings(small_course, tmp_path, monkeypatch):
-    monkeypatch.setattr(grade.Grader, "_measure", lambda self, p: {"slow": 1.0})
+    monkeypatch.setattr(grading.Grader, "_measure", lambda self, p: {"slow": 1.0})
     fixed = _grader(small_course, tmp_path, cell_timeout=7)._derive_limits()
     assert (fixed.for_ids(None, "slow"), fixed.for_ids(None, "other")) == (7.0, 7.0)
     default = _grader(small_course, tmp_path)._derive_limits()
@@ -308,12 +317,12 @@ def test_modules_planted_in_the_job_folder_never_run_in_the_job(derived_run):
 # The timeout budget per notebook (unit half), with mutants.
 
 
-def _execute(limits: judge.Limits, names, loops) -> list[float]:
+def _execute(limits: judge_limits.Limits, names, loops) -> list[float]:
     """The judge's arithmetic over the cells `names`, run in order: each cell's limit as the
     student's process gets it; a cell in `loops` runs until stopped at it."""
     given = []
     for index, name in enumerate(names):
-        cell = judge.Cell(index, "f()", cell_id=name)
+        cell = judge_cells.Cell(index, "f()", cell_id=name)
         limit = limits.given(cell)
         given.append(limit)
         if name in loops:
@@ -332,7 +341,7 @@ def _follows_the_budget(budget_class) -> bool:
     limits = _limits_with_budget()
 
     def judged():
-        made = judge.Limits(limits)
+        made = judge_limits.Limits(limits)
         made.budget = budget_class(limits.budget)
         return made
 
@@ -384,7 +393,7 @@ def test_derived_short_limits_and_fixed_limits_have_no_budget():
     assert limits.pair(None, "a") == (10.0, 2.0)
     assert limits.pair(None, "student-9") == (10.0, 2.0)
     fixed = cell_limits.fixed(7)
-    looping = _execute(judge.Limits(fixed), list("abcd"), set("abcd"))
+    looping = _execute(judge_limits.Limits(fixed), list("abcd"), set("abcd"))
     assert looping == [7.0] * 4  # an instructor's --cell-timeout keeps its meaning
     assert cell_limits.CellLimits.from_json(limits.to_json()) == limits
     with pytest.raises(ValueError, match="positive"):
@@ -398,11 +407,14 @@ def test_the_students_process_spends_the_budget_the_judge_counts_and_names(monke
     and the notes name each cell, its limit and where the budget was spent."""
     monkeypatch.setattr(cell_limits, "SHORT_FLOOR", 0.2)  # a budget of seconds, not minutes
     limits = cell_limits.derive({"a": 0.05, "b": 0.05, "c": 0.05, "d": 0.01}, 1.0, 20.0, 1.5)
-    cells = [judge.Cell(i, "while True: pass", cell_id=n) for i, n in enumerate("abc")]
-    cells += [judge.Cell(3, "done = 1", cell_id="d"), judge.Cell(4, "assert done == 1", "t", "t")]
+    cells = [judge_cells.Cell(i, "while True: pass", cell_id=n) for i, n in enumerate("abc")]
+    cells += [
+        judge_cells.Cell(3, "done = 1", cell_id="d"),
+        judge_cells.Cell(4, "assert done == 1", "t", "t"),
+    ]
     start = time.monotonic()
     outcome = judge.Judge(
-        tmp_path, deadline=time.monotonic() + 120, limits=judge.Limits(limits)
+        tmp_path, deadline=time.monotonic() + 120, limits=judge_limits.Limits(limits)
     ).run(cells)
     assert outcome.verdicts["t"]["passed"], outcome.verdicts
     assert outcome.notes == [
@@ -419,14 +431,14 @@ def test_the_students_process_spends_the_budget_the_judge_counts_and_names(monke
 
 
 def test_a_cell_or_test_that_hit_its_limit_gets_the_short_limit_next_time():
-    limits = judge.Limits(_limits_with_budget())
-    a = judge.Cell(0, "x", cell_id="a")
+    limits = judge_limits.Limits(_limits_with_budget())
+    a = judge_cells.Cell(0, "x", cell_id="a")
     assert limits.learn(a, 10.0, f"{CELL_TIMED_OUT}10 s")
     assert limits.pair(None, "a") == (2.0, 2.0) and limits.pair(None, "slow") == (60.0, 9.0)
     assert limits.test_limit("sdpa-test") == (10.0, 10.0)  # 10 s of the 20 s budget are left
     limits.test_timed_out("sdpa-test", 10.0)
     assert limits.test_limit("sdpa-test") == (2.0, 2.0)  # hit its limit, budget spent
-    fixed = judge.Limits(cell_limits.fixed(7))
+    fixed = judge_limits.Limits(cell_limits.fixed(7))
     assert fixed.learn(a, 7.0, f"{CELL_TIMED_OUT}7 s") and fixed.pair(None, "a") == (7.0, 7.0)
     assert not fixed.learn(a, 7.0, "ZeroDivisionError: division by zero")
 
@@ -434,7 +446,7 @@ def test_a_cell_or_test_that_hit_its_limit_gets_the_short_limit_next_time():
 def test_the_budget_comes_from_the_course_settings_or_the_override(
     small_course, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(grade.Grader, "_measure", lambda self, p: {"slow": 1.0})
+    monkeypatch.setattr(grading.Grader, "_measure", lambda self, p: {"slow": 1.0})
     assert _grader(small_course, tmp_path)._derive_limits().budget == cell_limits.BUDGET
     assert _grader(small_course, tmp_path, cell_budget=5)._derive_limits().budget == 5.0
     assert _grader(small_course, tmp_path, cell_timeout=7)._derive_limits().budget is None
@@ -477,7 +489,7 @@ def test_a_test_gets_its_recheck_limit_from_its_time_in_the_recheck():
     loaded machine and lost the exercise)."""
     times = {"rot": 0.3, cell_limits.RECHECK + "rot": 8.7, "other": 0.3}
     limits = cell_limits.derive(times)
-    judged = judge.Limits(limits)
+    judged = judge_limits.Limits(limits)
     assert judged.test_limit("rot") == (34.8, 34.8)  # max(10, 4 x 8.7): not 20 x
     assert judged.test_limit("other") == (10.0, 10.0)  # not timed in the judge: the cell's
     judged.known.add("rot")

@@ -5,7 +5,7 @@ hidden folders, the job's own folder) that tries one way out. The harness judges
 by what changed on the machine wherever it can: a file in the machine's /tmp or home, a file in
 the course, a connection accepted by a listener on the machine's loopback, the hidden answer
 printed by the job. Every attack must fail against the real box, and get through a deliberately
-weakened box (`sandbox.WEAKENINGS`), which proves that the attack is real and that the protection
+weakened box (`bubblewrap.WEAKENINGS`), which proves that the attack is real and that the protection
 it meets is the one that stops it.
 
 Then hostile students, end to end: submissions of the tiny lesson whose extra cell tries the same
@@ -32,7 +32,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab_grader import grade, sandbox
+from transformer_lab_grader import bubblewrap, grade, sandbox
 
 pytestmark = pytest.mark.skipif(
     sandbox.box_unavailable() is not None,
@@ -185,7 +185,7 @@ MUTANTS = {
 
 def test_every_attack_has_a_mutant_and_every_weakening_is_used():
     assert set(MUTANTS) == set(ATTACKS)
-    assert set().union(*MUTANTS.values()) == sandbox.WEAKENINGS
+    assert set().union(*MUTANTS.values()) == bubblewrap.WEAKENINGS
 
 
 @pytest.fixture(scope="module")
@@ -327,7 +327,7 @@ def test_the_boxs_own_tmp_is_writable_and_private(tmp_path):
 
 def test_an_unknown_weakening_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown weakening"):
-        sandbox.box_argv(["true"], cwd=tmp_path, keep=tmp_path, ids=None, weaken={"nothing"})
+        bubblewrap.box_argv(["true"], cwd=tmp_path, keep=tmp_path, ids=None, weaken={"nothing"})
 
 
 # ------------------------------------------------------------- a judge beside the student's code
@@ -371,7 +371,7 @@ def test_the_judge_in_the_box_cannot_be_traced_by_the_student(harden, tmp_path):
     result = sandbox.run(
         [sys.executable, "-c", JUDGE_AND_STUDENT, harden],
         cwd=tmp_path,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sandbox.PACKAGE_PARENTS)},
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(bubblewrap.PACKAGE_PARENTS)},
         limits=sandbox.Limits(wall_seconds=60),
         keep=tmp_path,
     )

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from transformer_lab import check
-from transformer_lab_grader import failures, feedback, job, judge
+from transformer_lab_grader import failures, feedback, job, judge, judge_cells, judge_limits
 from transformer_lab_grader import records as rec
 
 SDPA = "scaled_dot_product_attention"
@@ -25,8 +25,8 @@ TEST = f"check.{SDPA}({SDPA})"
 NO_SCALE = check.EXERCISES[SDPA].mistake("no-scale")
 CRASHING_LINE = "return q.view(-1, 7) @ v  # my crashing line"
 CELLS = [
-    judge.Cell(0, "import torch"),
-    judge.Cell(
+    judge_cells.Cell(0, "import torch"),
+    judge_cells.Cell(
         1,
         f"def {SDPA}(q, k, v, mask=None):\n"
         "    s = q @ k.transpose(-2, -1)\n"
@@ -35,14 +35,14 @@ CELLS = [
         "    w = torch.softmax(s, -1).nan_to_num(0.0)\n"
         "    return w @ v, w",
     ),
-    judge.Cell(2, TEST, "mistake-test", "mistake-test"),
-    judge.Cell(3, f"def {SDPA}(q, k, v, mask=None):\n    {CRASHING_LINE}"),
-    judge.Cell(4, TEST, "crash-test", "crash-test"),
-    judge.Cell(
+    judge_cells.Cell(2, TEST, "mistake-test", "mistake-test"),
+    judge_cells.Cell(3, f"def {SDPA}(q, k, v, mask=None):\n    {CRASHING_LINE}"),
+    judge_cells.Cell(4, TEST, "crash-test", "crash-test"),
+    judge_cells.Cell(
         5, f"def {SDPA}(q, k, v, mask=None):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
     ),
-    judge.Cell(6, TEST, "untouched-test", "untouched-test"),
-    judge.Cell(7, "assert 1 + 1 == 2", "pass-test", "pass-test"),
+    judge_cells.Cell(6, TEST, "untouched-test", "untouched-test"),
+    judge_cells.Cell(7, "assert 1 + 1 == 2", "pass-test", "pass-test"),
 ]
 POINTS = {"mistake-test": 2, "crash-test": 2, "untouched-test": 2, "pass-test": 1}
 
@@ -51,7 +51,7 @@ POINTS = {"mistake-test": 2, "crash-test": 2, "untouched-test": 2, "pass-test": 
 def verdicts(tmp_path_factory) -> dict:
     deadline = time.monotonic() + 300
     workdir = tmp_path_factory.mktemp("judged")
-    return judge.Judge(workdir, deadline=deadline, limits=judge.Limits()).run(CELLS).verdicts
+    return judge.Judge(workdir, deadline=deadline, limits=judge_limits.Limits()).run(CELLS).verdicts
 
 
 def _record(verdicts: dict) -> dict:

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from transformer_lab_grader import feedback as fb
+from transformer_lab_grader import gradebook
 from transformer_lab_grader import nbgrader_app as app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ def pages(tmp_path_factory) -> dict:
     paths = app.generate_feedback(course, LESSON)
     out = {p.parent.parent.name: p.read_text(encoding="utf-8") for p in paths}
     out["_hidden"] = "\n".join(fb.hidden_test_lines(course, LESSON))
-    out["_scores"] = app.all_scores(course)
+    out["_scores"] = gradebook.all_scores(course)
     out["_course"] = course
     return out
 

@@ -28,7 +28,9 @@ from transformer_lab_grader import (
     collect,
     export,
     grade,
+    grading,
     nbgrader_app,
+    notebook_format,
     sandbox,
     submission,
 )
@@ -110,12 +112,12 @@ def copy_of(tiny_course: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def released(tiny_course):
-    return grade.released_notebooks(tiny_course, TINY)
+    return notebook_format.released_notebooks(tiny_course, TINY)
 
 
 @pytest.fixture(scope="module")
 def cells(released):
-    return grade.graded_cells(released)
+    return notebook_format.graded_cells(released)
 
 
 def _student_nb(tiny_course, add="return a + b", mul="return a * b") -> nbformat.NotebookNode:
@@ -272,7 +274,7 @@ def _record(**changes):
 
 
 def test_a_valid_record_is_kept_and_its_totals_recomputed(cells):
-    record = grade.validate_record(_record(score=99, max_score=99), "alice", TINY, cells)
+    record = rec.validate_record(_record(score=99, max_score=99), "alice", TINY, cells)
     assert (record["score"], record["max_score"]) == (2.0, 3.0)
     assert (
         record["cells"]["add-test"]["exercises"] == []
@@ -299,21 +301,24 @@ def test_a_valid_record_is_kept_and_its_totals_recomputed(cells):
 )
 def test_a_forged_record_is_rejected(cells, changes, message):
     with pytest.raises(ValueError, match=message):
-        grade.validate_record(_record(**changes), "alice", TINY, cells)
+        rec.validate_record(_record(**changes), "alice", TINY, cells)
 
 
 def test_an_ungradable_record_scores_zero_even_if_its_cells_claim_points(cells):
-    record = grade.validate_record(_record(status="ungradable", reason="x"), "alice", TINY, cells)
+    record = rec.validate_record(_record(status="ungradable", reason="x"), "alice", TINY, cells)
     assert record["score"] == 0.0
 
 
 def test_crash_reasons_are_named():
     limits = sandbox.Limits()
     assert (
-        grade._crash_reason(-signal.SIGKILL, "", limits) == "the grading job was killed by SIGKILL"
+        grading._crash_reason(-signal.SIGKILL, "", limits)
+        == "the grading job was killed by SIGKILL"
     )
-    assert grade._crash_reason(-signal.SIGXCPU, "", limits) == "CPU time limit reached"
-    assert grade._crash_reason(1, "MemoryError", limits).startswith("memory limit reached (4 GiB)")
+    assert grading._crash_reason(-signal.SIGXCPU, "", limits) == "CPU time limit reached"
+    assert grading._crash_reason(1, "MemoryError", limits).startswith(
+        "memory limit reached (4 GiB)"
+    )
 
 
 # ----------------------------------------------------------------------------- collect

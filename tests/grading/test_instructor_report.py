@@ -24,7 +24,7 @@ import pytest
 
 from transformer_lab import check
 from transformer_lab.check import CheckFailed
-from transformer_lab_grader import failures, nbgrader_app, report
+from transformer_lab_grader import failures, nbgrader_app, report, report_summary
 from transformer_lab_grader import feedback as fb
 from transformer_lab_grader import records as rec
 from transformer_lab_grader import release as rel
@@ -410,7 +410,7 @@ def _count_ungradable_too(records, cells, catalogue, fallback):
     return named, unnamed
 
 
-_REAL_COUNT = report.count_mistakes
+_REAL_COUNT = report_summary.count_mistakes
 
 
 @pytest.mark.parametrize(
@@ -424,7 +424,7 @@ _REAL_COUNT = report.count_mistakes
 )
 def test_counting_mutants_fail_the_report_test(course, tmp_path, monkeypatch, mutant):
     _write_records(course, RECORDS)
-    monkeypatch.setattr(report, "count_mistakes", mutant)
+    monkeypatch.setattr(report_summary, "count_mistakes", mutant)
     report.build_report(course, LESSON, tmp_path / "mutant")
     summary = json.loads((tmp_path / "mutant" / "summary.json").read_text())
     with pytest.raises(AssertionError):
@@ -509,7 +509,7 @@ def _records_from_autograde(course: Path, students: list[str]) -> None:
     """Result records from nbgrader's autograded notebooks, the way the grader writes them."""
     folder = rec.results_dir(course, LESSON)
     folder.mkdir(parents=True, exist_ok=True)
-    points = report.released_cells(course, LESSON)
+    points = report_summary.released_cells(course, LESSON)
     for student in students:
         path = course / f"autograder/work/autograded/{student}/{LESSON}/{LESSON}.ipynb"
         if not path.is_file():

@@ -20,7 +20,15 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, copy_of, tiny_course  # noqa: F401
 
-from transformer_lab_grader import cli, commands, feedback, manual, nbgrader_app
+from transformer_lab_grader import (
+    cli,
+    commands,
+    feedback,
+    gradebook,
+    gradebook_merge,
+    manual,
+    nbgrader_app,
+)
 from transformer_lab_grader import records as rec
 from transformer_lab_grader.notebook_format import graded_cells, released_notebooks
 
@@ -94,7 +102,7 @@ def _record(course: Path, student: str, add: float, mul: float, sha: str = "s1")
 
 def _formgrader(course: Path, student: str, score: float, comment: str) -> None:
     """What formgrader does when the instructor scores the written answer."""
-    with nbgrader_app._gradebook(course) as gb:
+    with gradebook._gradebook(course) as gb:
         gb.find_grade(WHY, TINY, TINY, student).manual_score = score
         gb.find_comment(WHY, TINY, TINY, student).manual_comment = comment
         gb.db.commit()
@@ -104,7 +112,7 @@ def _regrade(course: Path, records: list[dict]) -> None:
     """What `grade --force` does to the grades: new records, merged into the gradebook."""
     for record in records:
         rec.write_record(course, record)
-    nbgrader_app.merge_into_gradebook(course, records)
+    gradebook_merge.merge_into_gradebook(course, records)
 
 
 def _long(course: Path, tmp_path: Path) -> dict[str, dict[str, str]]:
@@ -115,14 +123,14 @@ def _long(course: Path, tmp_path: Path) -> dict[str, dict[str, str]]:
 
 def _the_formgrader_score_lasts(course: Path, tmp_path: Path) -> None:
     records = [_record(course, "amy", 2.0, 1.0), _record(course, "ben", 0.0, 1.0)]
-    nbgrader_app.merge_into_gradebook(course, records)
+    gradebook_merge.merge_into_gradebook(course, records)
     _formgrader(course, "amy", 1.5, "Right about the steps; say why that is slow.")
     for _ in range(2):  # export, then a regrade (--force) and export again
         rows = _long(course, tmp_path)
         assert (rows["amy"]["score"], rows["amy"][f"{TINY}/{WHY}"]) == ("4.5", "1.5")
         assert (rows["ben"]["score"], rows["ben"]["max_score"]) == ("1", "5")
         _regrade(course, records)
-    with nbgrader_app._gradebook(course) as gb:
+    with gradebook._gradebook(course) as gb:
         assert gb.find_grade(WHY, TINY, TINY, "amy").manual_score == 1.5
     commands.export(course, tmp_path / "wide.csv", TINY, wide=True)
     wide = list(csv.reader(io.StringIO((tmp_path / "wide.csv").read_text())))
@@ -162,13 +170,13 @@ def _table(tmp_path: Path, text: str) -> Path:
 
 def test_grade_manual_imports_a_csv_that_regrades_keep(course, tmp_path, capsys):
     records = [_record(course, "amy", 2.0, 1.0)]
-    nbgrader_app.merge_into_gradebook(course, records)
+    gradebook_merge.merge_into_gradebook(course, records)
     table = _table(tmp_path, f'student,grade_id,score,comment\namy,{WHY},2,"Clear, and why."\n')
     assert cli.main(["--course-dir", str(course), "grade-manual", TINY, str(table)]) == 0
     assert "1 manual grades kept" in capsys.readouterr().out
     _regrade(course, records)
     assert _long(course, tmp_path)["amy"]["score"] == "5"
-    with nbgrader_app._gradebook(course) as gb:  # formgrader shows it too
+    with gradebook._gradebook(course) as gb:  # formgrader shows it too
         assert gb.find_grade(WHY, TINY, TINY, "amy").manual_score == 2.0
         assert gb.find_comment(WHY, TINY, TINY, "amy").manual_comment == "Clear, and why."
     # formgrader does not take it back: the gradebook holds the same grade

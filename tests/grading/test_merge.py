@@ -1,4 +1,4 @@
-"""The merge of records into nbgrader's gradebook (`nbgrader_app.merge_into_gradebook`): one pass
+"""The merge of records into nbgrader's gradebook (`gradebook_merge.merge_into_gradebook`): one pass
 per assignment, and the same gradebook as the record-by-record merge it replaced.
 
 The oracle is that earlier merge, kept here only: for every record it re-read the released
@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from transformer_lab_grader import nbgrader_app
+from transformer_lab_grader import gradebook, gradebook_merge, nbgrader_app
 from transformer_lab_grader.notebook_format import graded_cells, released_notebooks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def merge_one_by_one(course: Path, records: list[dict]) -> int:
     from nbgrader.api import MissingEntry
 
     written = 0
-    with warnings.catch_warnings(), nbgrader_app._gradebook(course) as gb:
+    with warnings.catch_warnings(), gradebook._gradebook(course) as gb:
         warnings.simplefilter("ignore")
         known = {a.name for a in gb.assignments}
         for record in records:
@@ -89,7 +89,7 @@ def gradebook_rows(course: Path) -> dict[str, list[tuple]]:
     """Every grade, comment, submission and student of the gradebook, without the random ids."""
     from nbgrader.api import Grade
 
-    with nbgrader_app._gradebook(course) as gb:
+    with gradebook._gradebook(course) as gb:
         grades = sorted(
             (
                 g.student.id,
@@ -138,7 +138,7 @@ def _two_copies(course: Path, tmp_path: Path) -> tuple[Path, Path]:
 def _give_manual_score(course: Path, student: str, gid: str, score: float) -> None:
     from nbgrader.api import MissingEntry
 
-    with nbgrader_app._gradebook(course) as gb:
+    with gradebook._gradebook(course) as gb:
         try:
             gb.find_grade(gid, LESSON, LESSON, student).manual_score = score
         except MissingEntry:  # a wrong merge left it out: the comparison says so
@@ -160,7 +160,7 @@ def _three_rounds(course: Path, tmp_path: Path) -> list[tuple[dict, dict]]:
         if n == 1:
             for each in (old, new):
                 _give_manual_score(each, kept["student"], gid, 0.5)
-        assert merge_one_by_one(old, records) == nbgrader_app.merge_into_gradebook(new, records)
+        assert merge_one_by_one(old, records) == gradebook_merge.merge_into_gradebook(new, records)
         rounds.append((gradebook_rows(old), gradebook_rows(new)))
     return rounds
 
@@ -180,12 +180,12 @@ def test_the_one_pass_merge_writes_what_the_record_by_record_merge_wrote(course,
 def _erasing_merge(db, assignment, cells, records):
     """Today's merge before issue 28: every merged row's manual score set to None."""
     merged = ORIGINAL_MERGE(db, assignment, cells, records)
-    for row in nbgrader_app._grade_rows(db, assignment).values():
+    for row in gradebook._grade_rows(db, assignment).values():
         row.manual_score = None
     return merged
 
 
-ORIGINAL_MERGE = nbgrader_app._merge_assignment
+ORIGINAL_MERGE = gradebook_merge._merge_assignment
 
 
 MUTANTS = {
@@ -197,7 +197,7 @@ MUTANTS = {
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_wrong_merge_is_caught(course, tmp_path, monkeypatch, mutant):
     name, replacement = MUTANTS[mutant]
-    monkeypatch.setattr(nbgrader_app, name, replacement)
+    monkeypatch.setattr(gradebook_merge, name, replacement)
     rounds = _three_rounds(course, tmp_path)
     assert any(old != new for old, new in rounds)
 
@@ -206,7 +206,7 @@ def test_records_already_in_the_gradebook_are_not_written_again(course, tmp_path
     records = synthetic_records(course, [f"s{i:03d}" for i in range(30)], seed=3)
     target = tmp_path / "course"
     shutil.copytree(course, target)
-    nbgrader_app.merge_into_gradebook(target, records)
+    gradebook_merge.merge_into_gradebook(target, records)
     writes = []
 
     def count(conn, cursor, statement, parameters, context, executemany):
@@ -215,10 +215,10 @@ def test_records_already_in_the_gradebook_are_not_written_again(course, tmp_path
 
     event.listen(Engine, "before_cursor_execute", count)
     try:
-        assert nbgrader_app.merge_into_gradebook(target, records) == 30
+        assert gradebook_merge.merge_into_gradebook(target, records) == 30
         assert writes == []
         records[5]["cells"]["sdpa-test"]["score"] = 2.5
-        nbgrader_app.merge_into_gradebook(target, records)
+        gradebook_merge.merge_into_gradebook(target, records)
         assert len([w for w in writes if w.lstrip().upper().startswith("UPDATE")]) == 1
     finally:
         event.remove(Engine, "before_cursor_execute", count)

@@ -24,7 +24,7 @@ import torch
 
 from transformer_lab import attention, check, multihead
 from transformer_lab.check import Exercise
-from transformer_lab_grader import report, verify_child, verify_session
+from transformer_lab_grader import report_summary, verify_child, verify_session
 from transformer_lab_grader import verify as V
 from transformer_lab_grader.verify_earlier import course_parts, in_place, note, stand_in
 from transformer_lab_grader.verify_guard import Guard, capture
@@ -200,14 +200,14 @@ def _judged(tmp_path: Path, answers: dict[str, str]) -> dict:
 
 def _score(result: dict) -> float:
     """The points of the passed test cells (the released notebook's: sdpa 5, SelfAttention 3)."""
-    points = report.released_cells(ROOT, L02)
+    points = report_summary.released_cells(ROOT, L02)
     return sum(points[gid]["max_score"] for gid, c in result["cells"].items() if c["passed"])
 
 
 def _mistakes(result: dict) -> list[tuple[str, str]]:
     """The class report's named mistakes for a class of this one student."""
-    catalogue = report.mistake_catalogue()
-    cells = report.released_cells(ROOT, L02, catalogue)
+    catalogue = report_summary.mistake_catalogue()
+    cells = report_summary.released_cells(ROOT, L02, catalogue)
     record = {
         "status": "graded",
         "cells": {
@@ -220,7 +220,7 @@ def _mistakes(result: dict) -> list[tuple[str, str]]:
             for gid, c in result["cells"].items()
         },
     }
-    named, unnamed = report.count_mistakes({"student": record}, cells, catalogue, [])
+    named, unnamed = report_summary.count_mistakes({"student": record}, cells, catalogue, [])
     assert not unnamed
     return sorted(named)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_instructor_grade import NAME, TINY, copy_of, tiny_course  # noqa: F401
 
-from transformer_lab_grader import cell_limits, collect, commands, grade, timing
+from transformer_lab_grader import cell_limits, collect, commands, grading, timing
 from transformer_lab_grader import records as rec
 
 MONDAY = datetime.datetime(2026, 11, 16, 9, 0, tzinfo=datetime.timezone.utc)
@@ -55,8 +55,10 @@ def stand_in_grade(self, student: str, folder: Path, sha: str) -> dict:
 
 
 def grade_without_a_sandbox(monkeypatch) -> None:
-    monkeypatch.setattr(grade.Grader, "_grade", stand_in_grade)
-    monkeypatch.setattr(grade.Grader, "time_limits", lambda self: cell_limits.CellLimits({}, 60.0))
+    monkeypatch.setattr(grading.Grader, "_grade", stand_in_grade)
+    monkeypatch.setattr(
+        grading.Grader, "time_limits", lambda self: cell_limits.CellLimits({}, 60.0)
+    )
     monkeypatch.setattr(cell_limits, "describe", lambda limits: "fixed")
 
 
@@ -138,7 +140,7 @@ def test_the_last_folder_winning_fails_the_check(course, tmp_path, capsys, monke
 
 
 def test_a_regrade_without_a_history_fails_the_check(course, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(grade, "history_entry", lambda old, at, why: {"submitted_at": at})
+    monkeypatch.setattr(grading, "history_entry", lambda old, at, why: {"submitted_at": at})
     with pytest.raises((AssertionError, KeyError)):
         _latest_wins(course, tmp_path, capsys)
 

@@ -31,7 +31,7 @@ import pytest
 from test_instructor_grade import NAME, REPO, TINY, _student_nb, needs_namespaces, tiny_source
 from test_manual import WHY, _formgrader, with_written_answer
 
-from transformer_lab_grader import cli, nbgrader_app
+from transformer_lab_grader import cli, gradebook
 from transformer_lab_grader.course import exchange_root
 
 pytestmark = [pytest.mark.slow, needs_namespaces]
@@ -152,7 +152,7 @@ def _play_the_term(course: Path, tmp_path: Path, capsys) -> dict:
     assert "collected 2 students (lms)" in out and "9 students in grades-99.csv" in out
 
     # §5, written answers graded by hand: in formgrader (alice), and from a CSV (222)
-    with nbgrader_app._gradebook(course) as gb:  # grading leaves the written answer to a person
+    with gradebook._gradebook(course) as gb:  # grading leaves the written answer to a person
         assert gb.find_grade(WHY, TINY, TINY, "alice").manual_score is None
     _formgrader(course, "alice", 2.0, "Clear.")
     Path("grades-99-manual.csv").write_text(
@@ -163,7 +163,7 @@ def _play_the_term(course: Path, tmp_path: Path, capsys) -> dict:
     # §5, regrade a few with --force (a test was fixed): formgrader's score stays
     out = _run(capsys, *grade, "--students", "alice", "carol", "--force")
     assert "alice: graded 3/5" in out and "carol: graded 0/5" in out
-    with nbgrader_app._gradebook(course) as gb:
+    with gradebook._gradebook(course) as gb:
         assert gb.find_grade(WHY, TINY, TINY, "alice").manual_score == 2.0
         assert gb.find_comment(WHY, TINY, TINY, "alice").manual_comment == "Clear."
 

@@ -17,7 +17,12 @@ import nbformat
 import pytest
 
 from transformer_lab_grader import verify as V
-from transformer_lab_grader.notebook_format import check_calls
+from transformer_lab_grader.notebook_format import (
+    cell_source,
+    check_calls,
+    is_test_cell,
+    nbgrader_meta,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -503,6 +508,22 @@ def test_unknown_lesson_is_a_clear_error(tmp_path):
         V.verify("99", tmp_path / "x.ipynb", tmp_path, course=ROOT)
 
 
+def student_code_cells(nb: dict, test_ids, course_code: str | None = None) -> list[tuple[int, str]]:
+    """(index, source) of the submission's code cells that are not graded test cells, nor the
+    course's own setup cell left exactly as released (`course_code`); an edited setup cell is the
+    student's code like any other."""
+    out = []
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        if nbgrader_meta(cell).get("grade_id") in test_ids or is_test_cell(cell):
+            continue
+        if course_code is not None and cell_source(cell) == course_code:
+            continue
+        out.append((i, cell_source(cell)))
+    return out
+
+
 def test_source_flags_are_quiet_on_the_course_solutions():
     """The course's own code raises no flag: the solutions, and the Colab setup cell (which runs
     pip in Colab) as long as it is exactly the released one."""
@@ -510,7 +531,7 @@ def test_source_flags_are_quiet_on_the_course_solutions():
         nb = json.loads((folder / f"{folder.name}.ipynb").read_text())
         setup = V.released_setup_source(ROOT, folder.name)
         assert setup and "-m pip install" in setup, folder.name
-        cells = V.student_code_cells(nb, set(), setup)
+        cells = student_code_cells(nb, set(), setup)
         assert len(cells) < sum(c["cell_type"] == "code" for c in nb["cells"]), folder.name
         assert V.source_flags(cells) == [], folder.name
 
@@ -521,7 +542,7 @@ def test_an_edited_setup_cell_is_the_students_code():
     setup = V.released_setup_source(ROOT, L02)
     cell = next(c for c in nb["cells"] if c.get("id") == "colab-setup")
     cell["source"] = setup + "\nimport subprocess\nsubprocess.run(['true'])\n"
-    flags = V.source_flags(V.student_code_cells(nb, set(), setup))
+    flags = V.source_flags(student_code_cells(nb, set(), setup))
     assert any("starts a process (subprocess)" in f for f in flags), flags
 
 

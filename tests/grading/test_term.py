@@ -356,7 +356,7 @@ def _exchange_class(course: Path, tmp_path: Path) -> dict[str, str]:
         (folder / "submission_secret.txt").write_text(secrets[student])
     got = collect.collect(exchange_root(course), TINY, tmp_path / "collected")
     found = {s: tmp_path / "collected" / s / TINY for s in got.students}
-    identities.remember(course, TINY, tmp_path / "collected", found)
+    identities.keep(course, TINY, identities.read(tmp_path / "collected", found))
     for student in found:
         _graded_record(course, student, 3.0)
     return secrets
@@ -404,7 +404,7 @@ def canvas_reads(name: str) -> tuple[str, str] | None:
 def _canvas_zip_matches(course: Path, tmp_path: Path) -> None:
     got = collect.collect(_zip(tmp_path / "canvas.zip", NAMESAKES), TINY, tmp_path / "out")
     found = {s: tmp_path / "out" / s / TINY for s in got.students}
-    identities.remember(course, TINY, tmp_path / "out", found)
+    identities.keep(course, TINY, identities.read(tmp_path / "out", found))
     for student in found:
         _graded_record(course, student, 1.0)
     (course / "autograder" / "work" / "feedback" / "dave" / TINY).mkdir(parents=True)  # exchange
@@ -517,7 +517,7 @@ def _wide_term(course: Path, tmp_path: Path) -> list[list[str]]:
     got = collect.collect(_zip(tmp_path / "canvas.zip", NAMESAKES), TINY, tmp_path / "out")
     found = {s: tmp_path / "out" / s / TINY for s in got.students}
     found["dave"] = tmp_path / "out" / "dave" / TINY  # from the exchange, say
-    identities.remember(course, TINY, tmp_path / "out", found)
+    identities.keep(course, TINY, identities.read(tmp_path / "out", found))
     _graded_record(course, "111", 3.0)
     _graded_record(course, "222", 1.0)
     _graded_record(course, "dave", 2.0)
@@ -580,11 +580,11 @@ def test_identical_submissions_are_listed_and_scored_as_they_are(course, tmp_pat
 
 def test_counting_the_untouched_release_as_copies_fails_the_check(course, tmp_path, monkeypatch):
     """Mutant: every blank submission listed as a copy of the others."""
-    from transformer_lab_grader import report
+    from transformer_lab_grader import report_summary
 
-    real = report.identical_submissions
+    real = report_summary.identical_submissions
     monkeypatch.setattr(
-        report, "identical_submissions", lambda records, untouched="": real(records)
+        report_summary, "identical_submissions", lambda records, untouched="": real(records)
     )
     assert _class_with_copies(course, tmp_path)["identical"] != [["amy", "ben"]]
 

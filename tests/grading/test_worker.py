@@ -2,7 +2,7 @@
 forked from it pays no imports and never reaches the worker; it is never boxed (the job is trusted
 code; the student's process that its judge starts is boxed, `judge`).
 
-One real worker (`python -m transformer_lab_grader.worker`) serves most tests; the mutants
+One real worker (`python -m transformer_lab_grader.worker_process`) serves most tests; the mutants
 (a child that skips the namespaces, keeps the control socket, keeps the worker's environment)
 run in a worker forked from this test process with the mutation patched in, and must fail the
 same checks. The whole pipeline (a tiny course, nbgrader, records) runs with the worker, with it
@@ -24,7 +24,7 @@ import nbformat
 import pytest
 from test_instructor_grade import NAME, TINY, _student_nb, tiny_course  # noqa: F401
 
-from transformer_lab_grader import grade, job, sandbox, worker
+from transformer_lab_grader import grade, job, run_setup, sandbox, worker, worker_process
 from transformer_lab_grader.course import PACKAGE_REPO
 
 needs_namespaces = pytest.mark.skipif(
@@ -34,7 +34,7 @@ needs_namespaces = pytest.mark.skipif(
 
 
 def _worker_env(home: Path) -> dict[str, str]:
-    env = grade._env(PACKAGE_REPO, home)
+    env = run_setup.job_env(PACKAGE_REPO, home)
     env["ONLY_IN_THE_WORKER"] = "1"
     return env
 
@@ -57,7 +57,7 @@ def forked_worker():
         try:
             ours.close()
             os.chdir(tempfile.mkdtemp())  # as the real one: not in the repository (its .venv)
-            worker.main(theirs.detach())
+            worker_process.main(theirs.detach())
         finally:
             os._exit(0)
     theirs.close()
@@ -172,7 +172,7 @@ def test_a_sandboxed_job_passes_every_isolation_check(tmp_path):
 
 
 def test_a_mutant_child_keeping_the_control_socket_fails_the_check(tmp_path, monkeypatch):
-    monkeypatch.setattr(worker, "close_inherited", lambda *args, **kwargs: None)
+    monkeypatch.setattr(worker_process, "close_inherited", lambda *args, **kwargs: None)
     box = _box(tmp_path)
     with forked_worker() as broken:
         result = broken.run([sys.executable, "-c", PROBE], **box)
@@ -221,7 +221,7 @@ print(json.dumps({
 def _environment_seen(handle, tmp_path: Path) -> tuple[dict, Path]:
     job_dir = tmp_path / "job"
     (job_dir / "tmp").mkdir(parents=True)
-    env = grade._env(PACKAGE_REPO, job_dir / "home")
+    env = run_setup.job_env(PACKAGE_REPO, job_dir / "home")
     env.update(TMPDIR=str(job_dir / "tmp"), TRANSFORMER_LAB_QUICK="0")
     env[sandbox.GRADING_FLAG] = "1"
     result = handle.run(
@@ -281,7 +281,7 @@ def test_import_time_state_follows_the_job(tmp_path_factory, tmp_path):
 
 def test_a_child_keeping_the_workers_environment_fails_the_environment_check(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", "/var/tmp")
-    monkeypatch.setattr(worker, "_as_job_environment", lambda env: None)
+    monkeypatch.setattr(worker_process, "_as_job_environment", lambda env: None)
     with forked_worker() as broken:
         seen, job_dir = _environment_seen(broken, tmp_path)
     assert _environment_problems(seen, job_dir) != []
@@ -385,7 +385,7 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
             ours.close()
             os.chdir(tempfile.mkdtemp())
             job.trusted_imports = broken_imports
-            worker.main(theirs.detach())
+            worker_process.main(theirs.detach())
             os._exit(0)
         theirs.close()
         return worker.Worker(ours, pid)

@@ -7,7 +7,10 @@ here with the implementation that found it:
 - label_smoothed_loss's visible check never used an ignore_index other than 0, so gathering at
   -100, or masking with targets > 0, passed it;
 - bert_mask_tokens accepted exactly round(p · n) chosen positions (a permutation), though the
-  text asks that each position be chosen independently with probability p.
+  text asks that each position be chosen independently with probability p;
+- three mistakes that only the hidden check caught now fail the visible one: LayerNorm's
+  E[x²] − E[x]² variance (large values in float32), text_infilling's floor(p · L), and
+  learn_bpe merging with str.replace (named as such, not as "count the pairs again").
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from transformer_lab import check
 from transformer_lab.check import drivers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from heldout2 import lesson07, lesson09, lesson12  # noqa: E402
+from heldout2 import lesson05, lesson07, lesson09, lesson10, lesson12  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -87,3 +90,19 @@ def test_a_fixed_count_is_not_read_from_two_calls_alone(monkeypatch):
         check.bert_mask_tokens(lesson09.mask_exact_count)
     # seed + 2 and seed + 3 on the failing case (and again for the catalogued mistake's profile)
     assert draws and all(b == a + 1 for a, b in zip(draws[::2], draws[1::2]))
+
+
+@pytest.mark.parametrize(
+    "name, impl",
+    [
+        ("LayerNorm", lesson05.LayerNormNaiveVariance),
+        ("text_infilling", lesson10.infill_floor),
+    ],
+)
+def test_hidden_only_mistakes_now_fail_the_visible_check(name, impl):
+    with pytest.raises(check.CheckFailed):
+        getattr(check, name)(impl)
+
+
+def test_learn_bpe_names_a_merge_by_str_replace():
+    assert key_of(check.learn_bpe, lesson09.bpe_learn_string_replace) == "string-replace"

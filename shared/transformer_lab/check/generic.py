@@ -64,12 +64,13 @@ def _extra_values(got_t, exp_t, same) -> Named | None:
     returned with the attention weights)."""
     if len(got_t) <= len(exp_t) or not _same(same, got_t[: len(exp_t)], exp_t):
         return None
+    extra = len(got_t) - len(exp_t)
     return (
         "generic-extra-values",
-        f"your code returns {len(got_t)} values where {len(exp_t)} belong(s): the first "
-        f"{'is' if len(exp_t) == 1 else 'are'} right, so return "
-        f"{'it alone' if len(exp_t) == 1 else 'only those'} (keep anything else, such as the "
-        "weights, as an attribute)",
+        f"your result has {len(got_t)} items where {len(exp_t)} belong, and the first "
+        f"{len(exp_t)} are right: {'one more item' if extra == 1 else 'more items'} than asked "
+        "(a loop that runs once too often, range(n + 1), or a value returned beside the result, "
+        "such as the attention weights): return only what the exercise asks for",
     )
 
 

@@ -133,11 +133,12 @@ def _layer_norm_cases(thorough: bool) -> list[Case]:
         case((2, 3, 8)),
         case((3, 4, 6), eps=0.1, scale=0.5, label="eps = 0.1"),
         case((5, 4), label="(B, d_model), no sequence axis"),
+        # E[x²] − E[x]² cancels in float32 here: the variance must be taken around the mean
+        case((2, 7, 32), shift=100.0, label="large values with an offset (mean 100, std 1)"),
     ]
     if thorough:
         cases += [
             case((4, 5, 16), eps=1e-3, scale=0.05, label="small inputs, eps = 1e-3"),
-            case((2, 7, 32), shift=100.0, label="large values with an offset (mean 100, std 1)"),
             case((2, 2, 3, 5), label="two leading axes"),
             case((1, 1, 4), label="one position"),
             case((3, 2, 512), label="d_model = 512"),

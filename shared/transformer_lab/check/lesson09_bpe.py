@@ -111,6 +111,25 @@ def _learn_no_recount(word_counts, n_merges):
     return _learn(word_counts, n_merges, recount=False)
 
 
+def _learn_string_replace(word_counts, n_merges):
+    """Each word kept as its symbols joined by spaces, a merge applied with str.replace: "a bc"
+    holds the text "b c" too, and a merge of ('b', 'c') glues symbols it should not."""
+    words = {w: " ".join(w) for w in word_counts}
+    merges = []
+    while len(merges) < n_merges:
+        counts = Counter()
+        for w, text in words.items():
+            symbols = text.split()
+            for pair in zip(symbols, symbols[1:]):
+                counts[pair] += word_counts[w]
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(best)
+        words = {w: t.replace(f"{best[0]} {best[1]}", best[0] + best[1]) for w, t in words.items()}
+    return merges
+
+
 # Sennrich et al.'s example corpus, without the end-of-word marker
 SENNRICH = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
 
@@ -140,6 +159,8 @@ def _learn_cases(thorough: bool) -> list[Call]:
         ({"ab": 1, "ba": 1}, 2),  # no pair across words: never ('ab', 'b')
         ({"aaa": 1}, 2),  # left to right: ('a', 'a') then ('aa', 'a')
         ({"abc": 4, "x": 9}, 5),  # two merges are all there are
+        # ('b', 'c') second: "ab c" holds "b c" as text but not as two symbols (str.replace)
+        ({"ab": 5, "abc": 1, "bc": 3}, 3),
         (SENNRICH, 0),
     ]
     if thorough:
@@ -212,6 +233,13 @@ learn_bpe = Exercise(
             "ties go to the smallest pair in Python's order (min over (-count, pair)), not to the "
             "pair counted first (Counter.most_common keeps the order pairs were first seen).",
             _learn_tie_first,
+        ),
+        Mistake(
+            "string-replace",
+            "the merge is applied to the text of the word (symbols joined by spaces, then "
+            "str.replace): in 'ab c' the text 'b c' is found though 'b' is part of the symbol "
+            "'ab'; merge in the list of symbols, pair by pair.",
+            _learn_string_replace,
         ),
         Mistake(
             "no-recount",

@@ -186,6 +186,7 @@ _INFILL_CASES = [
     (25, 0.5, 1.0, MASK),
     (12, 0.25, 3.0, MASK),
     (7, 0.0, 3.0, MASK),
+    (33, 0.6, 2.0, 0),  # p * L = 19.8: round, not the floor, gives the number removed
     FOLD_CASE,
 ]
 _INFILL_CASES_MORE = [  # added in the thorough run
@@ -193,7 +194,6 @@ _INFILL_CASES_MORE = [  # added in the thorough run
     (10, 0.9, 0.3, MASK),
     (1, 1.0, 3.0, 0),
     (0, 0.3, 3.0, MASK),
-    (33, 0.6, 2.0, 0),
     (100, 0.3, 3.0, MASK),
     (5, 1.0, 1.0, MASK),
 ]

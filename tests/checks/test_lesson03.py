@@ -305,6 +305,17 @@ def test_each_wrong_pair_of_weights_is_named(key):
     assert failure.mistake == lesson03_thinking._weight_mistakes()[key].sentence
 
 
+def test_the_right_weights_in_another_form_are_named():
+    right = lesson03_thinking.thinking_weights()
+    percent = _thinking_failure({"weights": [round(100 * w) for w in right], "answer": "C"})
+    assert percent.mistake_key == "percent"
+    rounded = _thinking_failure({"weights": [round(w, 1) for w in right], "answer": "C"})
+    assert rounded.mistake_key == "rounded"
+    # near the right ones but not a rounding of them: not named "rounded" (the mutant would)
+    near = _thinking_failure({"weights": [right[0] - 0.03, right[1] + 0.03], "answer": "C"})
+    assert near.mistake_key != "rounded"
+
+
 @pytest.mark.parametrize("letter", ["A", "B", "D"])
 def test_each_wrong_letter_is_named_when_the_weights_are_right(letter):
     failure = _thinking_failure(dict(RIGHT_THINKING, answer=letter))

@@ -233,6 +233,9 @@ def test_alpha_22_right_answers_pass(answer):
         (0.0, "the causal mask keeps the diagonal"),
         (math.e / (2 * math.e + math.exp(-1) + 1), "weight without the mask"),
         (1.0, "shares the weight"),
+        (math.e / (2 * math.e + 2), "set to 0, not to -inf"),  # from the unseen held-out set
+        (math.e / (1 + 2 * math.e), "counting from 0"),
+        (math.e / (math.e + math.exp(-1) + 1), "the mask is transposed"),
     ],
 )
 def test_alpha_22_wrong_options_are_explained(answer, sentence):
@@ -241,9 +244,9 @@ def test_alpha_22_wrong_options_are_explained(answer, sentence):
 
 
 def test_alpha_22_other_wrong_answers():
-    zero_indexed = math.e / (1 + 2 * math.e)  # row 3, column 3 (counting from 0 by mistake)
+    unexplained = 0.3  # no slip gives it: said wrong, and nothing named
     with pytest.raises(check.CheckFailed, match="counting from 1") as info:
-        check.alpha_22(zero_indexed)
+        check.alpha_22(unexplained)
     assert "Likely mistake" not in str(info.value)
     with pytest.raises(check.NotWrittenYet, match="`alpha_22` is not written yet"):
         check.alpha_22(...)  # the released answer: one line, like an untouched stub

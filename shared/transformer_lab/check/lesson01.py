@@ -84,6 +84,46 @@ class _RNNNoCarry(_rnn.RNN):
         return torch.stack(outs, 1), outs[-1]
 
 
+class _RNNTanhInputOnly(_rnn.RNN):
+    """A parenthesis misplaced: tanh wraps the input term only."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t])) + self.w_hh(h)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNNoHiddenBias(_rnn.RNN):
+    """The formula typed out with the weight matrices, w_hh's bias forgotten."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t]) + h @ self.w_hh.weight.T)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNSkipsFirstStep(_rnn.RNN):
+    """The loop runs over range(1, L): x[:, 0] is never read."""
+
+    def forward(self, x, h0=None):
+        out, h = super().forward(x[:, 1:], h0)
+        return out, h
+
+
+class _RNNLastRow(_rnn.RNN):
+    """h_L taken as outputs[-1], the last sequence of the batch, not the last step."""
+
+    def forward(self, x, h0=None):
+        out, _ = super().forward(x, h0)
+        return out, out[-1]
+
+
 def _rnn_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_in, d_h, h0=False):
         def make(g):
@@ -147,6 +187,30 @@ RNN = Exercise(
             "each step records the state before its update, h_{t-1}: outputs[:, t] must be h_t, "
             "the new state, so append h after computing it.",
             _RNNRecordsPrevious,
+        ),
+        Mistake(
+            "tanh-input-only",
+            "the tanh wraps the input term only: tanh(x_t W_xhᵀ) + h_{t-1} W_hhᵀ; both terms and "
+            "the bias go inside, h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b).",
+            _RNNTanhInputOnly,
+        ),
+        Mistake(
+            "no-hidden-bias",
+            "w_hh's bias is left out (h @ w_hh.weight.T): call the layer, self.w_hh(h), so that "
+            "both biases are added.",
+            _RNNNoHiddenBias,
+        ),
+        Mistake(
+            "skips-first-step",
+            "the loop skips step 0 (range(1, L)): every step t = 0 … L-1 reads x[:, t], so "
+            "outputs has L rows.",
+            _RNNSkipsFirstStep,
+        ),
+        Mistake(
+            "h_L-last-sequence",
+            "h_L is outputs[-1], the last sequence of the batch: the last step is outputs[:, -1] "
+            "(or the h the loop ends with).",
+            _RNNLastRow,
         ),
         Mistake(
             "stacked-time-first",

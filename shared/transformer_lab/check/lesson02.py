@@ -311,6 +311,18 @@ class _SelfAttentionUnscaled(_attention.SelfAttention):
         return out
 
 
+class _SelfAttentionScaleDModel(_attention.SelfAttention):
+    """The scores divided by √d_model, the input's width, instead of √d_k."""
+
+    def forward(self, x, mask=None):
+        q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        s = _scores(q, k) / math.sqrt(x.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        self.last_weights = torch.softmax(s, -1).nan_to_num(0.0)
+        return self.last_weights @ v
+
+
 # The stated rule "keep the weights in self.last_weights": outputs right, last_weights wrong.
 
 
@@ -527,6 +539,12 @@ SelfAttention = Exercise(
             "no-scale",
             "the scores inside your layer are not divided by √d_k.",
             _SelfAttentionUnscaled,
+        ),
+        Mistake(
+            "scale-by-d_model",
+            "the scores are divided by √d_model, the width of x: the scale is √d_k, the width "
+            "of the queries and keys (q.shape[-1]).",
+            _SelfAttentionScaleDModel,
         ),
         Mistake(
             "no-last-weights",

@@ -252,6 +252,37 @@ class _MHASingleHead(_multihead.MultiHeadAttention):
         return self.w_o(_sdpa(q, k, v, mask))
 
 
+class _MHAScaledTwice(_multihead.MultiHeadAttention):
+    """q divided by √d_k before the attention, which divides again."""
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(c), h), _split(self.w_v(c), h)
+        q = q / math.sqrt(q.shape[-1])
+        return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
+class _MHAKeysFromWq(_multihead.MultiHeadAttention):
+    """The keys projected with w_q (a copy-paste slip)."""
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_q(c), h), _split(self.w_v(c), h)
+        return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
+class _MHASplitByDk(_multihead.MultiHeadAttention):
+    """split_heads given d_k where n_heads belongs: d_k heads of size h."""
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        n = self.d_model // self.n_heads
+        q, k, v = _split(self.w_q(x), n), _split(self.w_k(c), n), _split(self.w_v(c), n)
+        return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
 def _mha_cases(thorough: bool) -> list[Case]:
     def case(B, L_q, d_model, n_heads, L_k=None, mask=None, bias=True, label=""):
         def make(g):
@@ -334,6 +365,23 @@ MultiHeadAttention = Exercise(
             "scale-by-d_model",
             "each head's scores must be divided by √d_k with d_k = d_model / h, not by √d_model.",
             _MHAScaleDModel,
+        ),
+        Mistake(
+            "scaled-twice",
+            "the scores are divided by √d_k twice: scaled_dot_product_attention divides by √d_k "
+            "itself, so pass it the unscaled projections.",
+            _MHAScaledTwice,
+        ),
+        Mistake(
+            "keys-from-w_q",
+            "the keys are projected with w_q: K = w_k(context), Q = w_q(x).",
+            _MHAKeysFromWq,
+        ),
+        Mistake(
+            "split-by-d_k",
+            "split_heads is given d_k where it takes the number of heads: "
+            "split_heads(q, self.n_heads) makes n_heads heads of size d_k.",
+            _MHASplitByDk,
         ),
         Mistake(
             "merge-no-transpose",

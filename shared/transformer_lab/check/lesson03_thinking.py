@@ -47,6 +47,24 @@ def thinking_weights(
     return float(w[0]), float(w[1])
 
 
+def _form_mistake(got, right) -> Mistake | None:
+    """The right weights written in another form: as percentages, or rounded to one decimal."""
+    if max(abs(g / 100 - r) for g, r in zip(got, right)) <= TOLERANCE:
+        return Mistake(
+            "percent",
+            "those are percentages: give the weights as fractions that sum to 1 "
+            f"({right[0]:.2f}, {right[1]:.2f}).",
+        )
+    one_decimal = all(abs(g * 10 - round(g * 10)) < 1e-9 for g in got)
+    if one_decimal and all(abs(g - round(r, 1)) < 1e-9 for g, r in zip(got, right)):
+        return Mistake(
+            "rounded",
+            f"those are the weights rounded to one decimal: give two ({right[0]:.2f}, "
+            f"{right[1]:.2f}); the check allows ±{TOLERANCE:g}.",
+        )
+    return None
+
+
 def _weight_mistakes() -> dict[str, Mistake]:
     s1, s2 = (d / math.sqrt(D_K) for d in DOTS)
     return {
@@ -133,7 +151,7 @@ def practice_thinking(value, thorough: bool = False) -> None:
         fail(
             name,
             f"weights ({got[0]:.4g}, {got[1]:.4g}) are not the attention weights of 'Thinking'",
-            mistake=mistakes[close[0]] if close else None,
+            mistake=mistakes[close[0]] if close else _form_mistake(got, right),
         )
     letter = letters(name, value["answer"], "ABCD")
     matching = min(OPTIONS, key=lambda k: max(abs(o - r) for o, r in zip(OPTIONS[k], right)))

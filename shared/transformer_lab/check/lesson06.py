@@ -295,6 +295,30 @@ _ALPHA_22_MISTAKES = [
         ),
     ),
     (
+        _E / (2 * _E + 2),
+        Mistake(
+            "masked-to-zero",
+            "the future scores were set to 0, not to -inf: a score of 0 still gets weight "
+            "e^0 = 1 in the softmax; masked scores must be -inf so that their weight is 0.",
+        ),
+    ),
+    (
+        _E / (1 + 2 * _E),
+        Mistake(
+            "counted-from-0",
+            "that is row 3, column 3 (counting from 0): α_22 counts from 1, the second query "
+            "and the second key.",
+        ),
+    ),
+    (
+        _E / (_E + 1 / _E + 1),
+        Mistake(
+            "mask-transposed",
+            "the mask is transposed: position 2 keeps keys 2, 3, 4 (the future) instead of keys "
+            "1 and 2 (itself and the past); causal_mask is True on and below the diagonal.",
+        ),
+    ),
+    (
         1.0,
         Mistake(
             "all-on-diagonal",

@@ -304,6 +304,11 @@ def _zs_scale_without_exp(image_features, class_features, logit_scale):
     return (logit_scale * _unit(image_features) @ classes.T).softmax(dim=-1)
 
 
+def _zs_no_softmax(image_features, class_features, logit_scale):
+    classes = _unit(_unit(class_features).mean(dim=1))
+    return logit_scale.exp() * _unit(image_features) @ classes.T
+
+
 def _zs_first_prompt_only(image_features, class_features, logit_scale):
     return _zs(_unit(image_features), _unit(class_features[:, 0]), logit_scale)
 
@@ -399,6 +404,12 @@ zero_shot_classify = Exercise(
             "the similarities are multiplied by logit_scale itself: it is a log, multiply by "
             "exp(logit_scale).",
             _zs_scale_without_exp,
+        ),
+        Mistake(
+            "no-softmax",
+            "those are the logits, exp(t) · cos: the probabilities are their softmax over the "
+            "classes, softmax(logits, dim=-1).",
+            _zs_no_softmax,
         ),
     ],
     driver=FunctionDriver(_zero_shot_cases, outputs=("probs",)),

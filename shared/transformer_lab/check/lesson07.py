@@ -76,6 +76,31 @@ class _DecoderNoResidual(_ed.DecoderBlock):
         return self.norm3(x + self.ffn(x))
 
 
+class _DecoderResidualFromNormed(_ed.DecoderBlock):
+    """Pre-norm with the residual added to the normalised x: x = norm(x); x = x + f(x)."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        if not self.norm_first:
+            return super().forward(x, memory, self_mask=self_mask, memory_mask=memory_mask)
+        x = self.norm1(x)
+        x = x + self.self_attn(x, mask=self_mask)
+        x = self.norm2(x)
+        x = x + self.cross_attn(x, context=memory, mask=memory_mask)
+        x = self.norm3(x)
+        return x + self.ffn(x)
+
+
+class _DecoderNormsReversed(_ed.DecoderBlock):
+    """norm3 before self-attention and norm1 before the FFN."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        self.norm1, self.norm3 = self.norm3, self.norm1
+        try:
+            return super().forward(x, memory, self_mask=self_mask, memory_mask=memory_mask)
+        finally:
+            self.norm1, self.norm3 = self.norm3, self.norm1
+
+
 class _DecoderWiring(_ed.DecoderBlock):
     """The block with one sub-layer wired wrongly (a switch of a subclass below)."""
 
@@ -204,6 +229,19 @@ DecoderBlock = Exercise(
             "pre-norm and post-norm are swapped: norm_first=True normalises each sublayer's "
             "input (x + f(norm(x))); norm_first=False normalises after the sum (norm(x + f(x))).",
             _DecoderNormSwapped,
+        ),
+        Mistake(
+            "residual-from-normed",
+            "pre-norm adds the sub-layer to the normalised x (x = norm(x); x = x + f(x)): the "
+            "residual carries x itself, x = x + f(norm(x)), so the normalised copy is only the "
+            "sub-layer's input.",
+            _DecoderResidualFromNormed,
+        ),
+        Mistake(
+            "norms-reversed",
+            "the norms are used in the wrong order: norm1 goes with self-attention, norm2 with "
+            "cross-attention and norm3 with the feed-forward layer.",
+            _DecoderNormsReversed,
         ),
         Mistake(
             "no-cross-residual",

@@ -39,6 +39,21 @@ def _eos_not_counted(log_probs, lengths, alpha):
     return log_probs / (lengths.to(log_probs.dtype) - 1) ** alpha
 
 
+def _bos_counted(log_probs, lengths, alpha):
+    """(|Y| + 1)^alpha: the BOS token counted in the length too."""
+    return log_probs / (lengths.to(log_probs.dtype) + 1) ** alpha
+
+
+def _precedence(log_probs, lengths, alpha):
+    """log p / |Y| * alpha: the power written as a product (operator precedence)."""
+    return log_probs / lengths.to(log_probs.dtype) * alpha
+
+
+def _integer_alpha(log_probs, lengths, alpha):
+    """|Y| ** int(alpha): the exponent truncated to an integer (0.6 becomes 0)."""
+    return log_probs / lengths.to(log_probs.dtype) ** int(alpha)
+
+
 def _alpha_times_length(log_probs, lengths, alpha):
     """log p / (alpha * |Y|): alpha as a factor of the length, not its exponent."""
     return log_probs / (alpha * lengths.to(log_probs.dtype))
@@ -114,6 +129,24 @@ length_normalised_score = Exercise(
             "the length leaves out one token: `lengths` already counts the generated tokens, EOS "
             "included; divide by lengths ** alpha as given.",
             _eos_not_counted,
+        ),
+        Mistake(
+            "bos-counted",
+            "the BOS token is counted in the length, (|Y| + 1)^α: |Y| counts the tokens the "
+            "decoder produced, EOS included, not the BOS it was given.",
+            _bos_counted,
+        ),
+        Mistake(
+            "precedence",
+            "log p / |Y| * α multiplies by α: the penalty is a power, log p / |Y| ** α (in "
+            "Python, ** binds tighter than /, and / and * go left to right).",
+            _precedence,
+        ),
+        Mistake(
+            "integer-alpha",
+            "α is truncated to an integer (int(alpha), or a power taken in integer arithmetic): "
+            "|Y| ** 0.6 is not |Y| ** 0; convert the lengths to floats and keep α as it is.",
+            _integer_alpha,
         ),
         Mistake(
             "alpha-times-length",

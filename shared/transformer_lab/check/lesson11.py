@@ -456,6 +456,17 @@ def _cls_patch_mean(weights, grid):
     return _map_from(weights[:, :, 1:, 1:].mean(2).mean(1), weights, grid)
 
 
+def _cls_max_heads(weights, grid):
+    """The largest weight over the heads instead of their mean."""
+    return _map_from(weights[:, :, 0, 1:].amax(1), weights, grid)
+
+
+def _cls_renormalised(weights, grid):
+    """[CLS]'s weights on the patches rescaled to sum to 1 after its own is dropped."""
+    row = weights[:, :, 0, 1:].mean(1)
+    return _map_from(row / row.sum(-1, keepdim=True), weights, grid)
+
+
 def _cls_map_cases(thorough: bool) -> list[Case]:
     def case(B, h, rows, cols, scale=2.0):
         n = rows * cols + 1
@@ -489,6 +500,18 @@ cls_attention_map = Exercise(
         "transformer_lab.vit.ViT.cls_attention_map",
     ),
     mistakes=[
+        Mistake(
+            "max-over-heads",
+            "the heads are combined with a max: the map is their mean, weights[:, :, 0, 1:]"
+            ".mean(dim=1).",
+            _cls_max_heads,
+        ),
+        Mistake(
+            "renormalised",
+            "the patch weights are rescaled to sum to 1 after [CLS]'s weight on itself is "
+            "dropped: keep them as they are (they sum to 1 minus that weight).",
+            _cls_renormalised,
+        ),
         Mistake(
             "cls-column",
             "you took column 0 (how much each patch attends to [CLS]): the [CLS] query is "

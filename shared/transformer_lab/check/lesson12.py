@@ -40,6 +40,8 @@ def _softmax_blocks(scores, block_size, bug=""):
     parts = []
     for start in range(0, scores.shape[-1], block_size):
         x = scores[..., start : start + block_size]
+        if bug == "partial-block-dropped" and start > 0 and x.shape[-1] < block_size:
+            break  # range(L // block_size) full blocks only
         if bug == "no-max":
             row_sum = row_sum + torch.exp(x).sum(-1)
             continue
@@ -49,6 +51,10 @@ def _softmax_blocks(scores, block_size, bug=""):
             continue
         m_new = x.amax(-1) if bug == "block-max" else torch.maximum(m, x.amax(-1))
         alpha = 1.0 if bug == "sum-not-rescaled" else torch.exp(m - safe(m_new))
+        if bug == "factor-flipped":  # exp(m' − m), 0 while m is still −inf
+            alpha = torch.where(
+                torch.isneginf(m), torch.zeros_like(m), torch.exp(safe(m_new) - safe(m))
+            )
         against = m if bug == "stale-max" else m_new
         row_sum = row_sum * alpha + torch.exp(x - safe(against)[..., None]).sum(-1)
         m = m_new
@@ -307,6 +313,18 @@ online_softmax = Exercise(
             "the running sum is not rescaled when the max changes: l′ = l · exp(m − m′) + "
             "Σ exp(x − m′), because the old sum was measured against the old max.",
             _softmax_bug("sum-not-rescaled"),
+        ),
+        Mistake(
+            "factor-flipped",
+            "the running sum is rescaled by exp(m′ − m), upside down: the old sum was measured "
+            "against the old max m, so it shrinks to l · exp(m − m′) when the max grows to m′.",
+            _softmax_bug("factor-flipped"),
+        ),
+        Mistake(
+            "partial-block-dropped",
+            "a last block shorter than block_size is never read (range(L // block_size)): loop "
+            "over range(0, L, block_size), whose last slice may be shorter.",
+            _softmax_bug("partial-block-dropped"),
         ),
         Mistake(
             "stale-max",

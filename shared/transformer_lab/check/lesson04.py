@@ -41,6 +41,11 @@ def _pe_k_over_d(n_positions, d_model):
     return _table(n_positions, d_model, 10000.0 ** (-(_pairs(d_model) / 2) / d_model))
 
 
+def _pe_exponent_doubled(n_positions, d_model):
+    """arange(0, d, 2) already gives 2k, multiplied by 2 again: the exponent 4k / d_model."""
+    return _table(n_positions, d_model, 10000.0 ** (-2 * _pairs(d_model) / d_model))
+
+
 def _pe_base_1000(n_positions, d_model):
     return _table(n_positions, d_model, 1000.0 ** (-_pairs(d_model) / d_model))
 
@@ -150,6 +155,12 @@ sinusoidal_positional_encoding = Exercise(
         "transformer_lab.SinusoidalPositionalEncoding",
     ),
     mistakes=[
+        Mistake(
+            "exponent-doubled",
+            "the exponent is 4k / d_model: torch.arange(0, d_model, 2) already gives 2k, so do "
+            "not multiply it by 2 again; ω_k = 10000^(−2k / d_model).",
+            _pe_exponent_doubled,
+        ),
         Mistake(
             "sin-cos-swapped",
             "sin and cos are swapped: even columns 2k hold sin(t·ω_k), odd columns 2k+1 hold "

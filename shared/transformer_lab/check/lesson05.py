@@ -255,6 +255,13 @@ class _FFNGelu(_add_norm.FeedForward):
         return self.w_2(F.gelu(self.w_1(x)))
 
 
+class _FFNReluFirst(_add_norm.FeedForward):
+    """A parenthesis misplaced: the ReLU applied to the input, w_2(w_1(relu(x)))."""
+
+    def forward(self, x):
+        return self.w_2(self.w_1(torch.relu(x)))
+
+
 class _FFNResidual(_add_norm.FeedForward):
     def forward(self, x):
         return x + self.w_2(torch.relu(self.w_1(x)))
@@ -297,6 +304,12 @@ FeedForward = Exercise(
         "torch.nn.TransformerEncoderLayer",
     ),
     mistakes=[
+        Mistake(
+            "relu-on-input",
+            "the ReLU is applied to the input, w_2(w_1(relu(x))): it goes between the two "
+            "layers, w_2(relu(w_1(x))).",
+            _FFNReluFirst,
+        ),
         Mistake(
             "no-activation",
             "there is no activation between w_1 and w_2, so the two layers collapse into one "

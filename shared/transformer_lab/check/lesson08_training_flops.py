@@ -70,6 +70,23 @@ def _flops_blocks_only(model, batch_size, block_size, n_steps):
     return 6 * n * batch_size * block_size * n_steps
 
 
+def _non_embedding_where(model, keep):
+    return sum(
+        keep(p) for name, p in model.named_parameters() if not name.startswith(("wte.", "wpe."))
+    )
+
+
+def _flops_first_axis(model, batch_size, block_size, n_steps):
+    """len(p), the first axis, counted for each parameter instead of p.numel()."""
+    return 6 * _non_embedding_where(model, len) * batch_size * block_size * n_steps
+
+
+def _flops_matrices_only(model, batch_size, block_size, n_steps):
+    """Only the 2-D weight matrices counted: the biases and the LayerNorms left out."""
+    n = _non_embedding_where(model, lambda p: p.numel() if p.dim() == 2 else 0)
+    return 6 * n * batch_size * block_size * n_steps
+
+
 # -- the cases ---------------------------------------------------------------------------------
 
 
@@ -117,6 +134,18 @@ training_flops = Exercise(
     reference=_gpt.training_flops,
     forbidden=("transformer_lab.gpt.training_flops", "transformer_lab.gpt.GPT.num_parameters"),
     mistakes=[
+        Mistake(
+            "first-axis",
+            "len(p) counts a parameter's first axis only: a parameter holds p.numel() numbers "
+            "(a d_ff × d_model matrix holds d_ff · d_model).",
+            _flops_first_axis,
+        ),
+        Mistake(
+            "matrices-only",
+            "only the weight matrices are counted: N counts every parameter outside the "
+            "embeddings, the biases and the LayerNorms' γ and β too.",
+            _flops_matrices_only,
+        ),
         Mistake(
             "forward-only",
             "you counted the forward pass only (2·N·D): the backward pass costs twice as much "

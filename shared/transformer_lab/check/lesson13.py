@@ -64,6 +64,17 @@ def _normalise_batch_axis(image_features, text_features, logit_scale):
     return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
 
 
+def _whole_matrix_norm(image_features, text_features, logit_scale):
+    """x / x.norm(): the norm of the whole matrix, not of each row."""
+    logits = (
+        logit_scale.exp()
+        * (image_features / image_features.norm())
+        @ (text_features / text_features.norm()).T
+    )
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
 def _divide_by_scale(image_features, text_features, logit_scale):
     logits = _unit(image_features) @ _unit(text_features).T / logit_scale.exp()
     labels = _labels(logits)
@@ -203,6 +214,12 @@ clip_loss = Exercise(
             "the features are normalised over the batch axis (dim=0): each row (one image or one "
             "text) must have unit length, so normalise over dim=-1.",
             _normalise_batch_axis,
+        ),
+        Mistake(
+            "whole-matrix-norm",
+            "x / x.norm() divides by the norm of the whole matrix: each row (each image, each "
+            "caption) is made unit length, x / x.norm(dim=-1, keepdim=True).",
+            _whole_matrix_norm,
         ),
         Mistake(
             "divided-by-scale",

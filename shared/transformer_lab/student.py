@@ -271,13 +271,31 @@ def _reference(name: str):
     return getattr(transformer_lab, name)
 
 
+class CircularPart(ImportError):
+    """A saved module that, while it loads, asks for a part defined in itself."""
+
+
+# the saved modules being executed now. A saved module starts with lines such as
+# ``MultiHeadAttention = _use("MultiHeadAttention")``, and `use` of a model or block loads every
+# saved part: without this guard, a module asking (directly or through `parts`) for a block it
+# defines itself re-executed itself without end (issue 29: exercises 08-10 hung in the browser
+# walk when lesson 07's DecoderBlock was saved but not lesson 03's MultiHeadAttention)
+_LOADING: set[Path] = set()
+
+
 def _load_student(name: str, module: str):
     path = _package_dir() / f"{module}.py"
+    if path in _LOADING:
+        raise CircularPart(f"{path.name} asks for its own {name} while it loads")
     qualified = f"{PACKAGE}.{module}"
     spec = importlib.util.spec_from_file_location(qualified, path)
     loaded = importlib.util.module_from_spec(spec)
     sys.modules[qualified] = loaded
-    spec.loader.exec_module(loaded)
+    _LOADING.add(path)
+    try:
+        spec.loader.exec_module(loaded)
+    finally:
+        _LOADING.discard(path)
     return getattr(loaded, name)
 
 
@@ -533,9 +551,11 @@ def built_from_yours(model: type, quiet: bool = False) -> type:
 
     Returns `model` itself when none of your parts has passed (or in grading mode).
     """
-    yours = parts(quiet=quiet)
     takes = inspect.signature(model).parameters
-    if yours == Parts() or not ("parts" in takes or _SUBLAYERS <= set(takes)):
+    if not ("parts" in takes or _SUBLAYERS <= set(takes)):
+        return model  # a leaf part (attention, norm, FFN): nothing to build it from
+    yours = parts(quiet=quiet)
+    if yours == Parts():
         return model
     defaults = {"parts": yours} if "parts" in takes else yours.sublayers
     is_block = "parts" not in takes  # a model reports what it is made of itself; a block cannot

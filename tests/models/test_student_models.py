@@ -10,6 +10,8 @@ model with one saved part broken does not.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -400,3 +402,83 @@ def test_parts_passed_in_as_the_lectures_write_it(capsys):
     quiet = GPT(GPTConfig(20, 8, 16, 2, 1), parts=student.parts(quiet=True))
     assert type(quiet.ln_f).__module__ == "transformer_lab_student.add_norm"
     assert "built from" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# A saved module that asks for parts while it loads (issue 29's browser walk: exercises 08-10 hung
+# for ever when lesson 07's DecoderBlock was saved but lesson 03's MultiHeadAttention was not).
+
+
+class _Runaway(BaseException):
+    """Stops a load that does not end (a BaseException: `_yours` catches Exception)."""
+
+
+def _save_by_hand(module: str, name: str, source: str) -> None:
+    """A saved part as `student.save` writes it: its module file and its manifest entry."""
+    package = student._package_dir()
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / f"{module}.py").write_text(source)
+    entry = {"lesson": 7, "module": module, "check": "visible", "source": "", "imports": []}
+    (package / student.MANIFEST).write_text(json.dumps({name: entry}))
+
+
+_DECODER_BLOCK = """
+from torch import nn
+from transformer_lab.student import use as _use
+MultiHeadAttention = _use("MultiHeadAttention", quiet=True)
+LayerNorm = _use("LayerNorm", quiet=True)
+{also}
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.norm = LayerNorm(d_model)
+
+    def forward(self, x, memory=None, self_mask=None, memory_mask=None):
+        return self.norm(x + self.self_attn(x, mask=self_mask))
+"""
+
+
+def _count_loads(monkeypatch, cap: int = 50) -> list[str]:
+    loads, load = [], student._load_student
+
+    def counting(name, module):
+        loads.append(name)
+        if len(loads) > cap:
+            raise _Runaway(f"{len(loads)} loads: {loads[:8]} ...")
+        return load(name, module)
+
+    monkeypatch.setattr(student, "_load_student", counting)
+    return loads
+
+
+def test_a_saved_block_whose_sublayers_are_not_saved_loads_once(monkeypatch, capsys):
+    """use("GPT") loads the saved DecoderBlock's module once: its `_use("MultiHeadAttention")`
+    lines ask for leaf parts, which are not built from parts, so they load nothing."""
+    _save_by_hand("encoder_decoder", "DecoderBlock", _DECODER_BLOCK.format(also=""))
+    loads = _count_loads(monkeypatch)
+    MyGPT = student.use("GPT")
+    MyGPT(GPTConfig(vocab_size=20, n_positions=8, d_model=16, n_heads=2, n_layers=1))
+    assert loads == ["DecoderBlock"], loads
+
+
+def test_a_saved_module_that_asks_for_its_own_block_ends(monkeypatch, capsys):
+    """A module that, while loading, asks for a block built from parts (here the EncoderBlock,
+    while the file holds the saved DecoderBlock) gets the reference: the guard stops the module
+    from loading itself again. The mutant without the guard loads without end."""
+    source = _DECODER_BLOCK.format(also='EncoderBlock = _use("EncoderBlock", quiet=True)')
+    _save_by_hand("encoder_decoder", "DecoderBlock", source)
+    loads = _count_loads(monkeypatch)
+    assert student.use("EncoderBlock", quiet=True) is not None
+    assert len(loads) <= 3, loads
+
+    class NeverLoading(set):  # the mutant: no module is ever "being loaded"
+        def __contains__(self, item):
+            return False
+
+    monkeypatch.setattr(student, "_LOADING", NeverLoading())
+    loads.clear()
+    with pytest.raises(_Runaway):
+        student.use("EncoderBlock", quiet=True)

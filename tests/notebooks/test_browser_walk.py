@@ -20,6 +20,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -120,7 +123,26 @@ def _wait_idle(page) -> None:
     except test_browser.sync_api.TimeoutError:
         busy = [(c["index"], c["prompt"], c["output"][-300:]) for c in _cells(page)]
         busy = [c for c in busy if "*" in c[1]]
-        raise AssertionError(f"still running or queued after {RUN_ALL_MS} ms: {busy}") from None
+        raise AssertionError(
+            f"still running or queued after {RUN_ALL_MS} ms: {busy}\n{_kernel_stacks()}"
+        ) from None
+
+
+def _kernel_stacks() -> str:
+    """The Python stack of every course kernel now running (py-spy, from the dev extra): where a
+    cell that never finishes is stuck (how issue 29's hang of exercises 08-10 was found)."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+    if spy is None:
+        return "(py-spy is not installed: no kernel stacks)"
+    found = subprocess.run(
+        ["pgrep", "-f", "transformer_lab.lab_kernel"], capture_output=True, text=True
+    ).stdout.split()
+    stacks = []
+    for pid in found:
+        dump = subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True)
+        frames = [line for line in dump.stdout.splitlines() if "frozen importlib" not in line]
+        stacks.append(f"kernel {pid}:\n" + "\n".join(frames[:40]) + dump.stderr[-300:])
+    return "\n".join(stacks) or "(no course kernel running)"
 
 
 def _until_idle(page) -> None:

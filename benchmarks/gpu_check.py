@@ -435,7 +435,7 @@ def step_install(run: Run) -> dict:
         text=True,
         env=run.env(),
         cwd=run.work,
-    ).stdout.split()
+    ).stdout.splitlines()
     course, grader = (imported + ["", ""])[:2]
     missing_after = _missing_modules(run)
     ok = (

@@ -102,6 +102,27 @@ def test_a_crash_is_named(name, impl, key):
         (TypeError("unsupported operand type(s) for *: 'int' and 'NoneType'"), "crash-none-used"),
         (ValueError("min() arg is an empty sequence"), "crash-empty-min"),
         (RuntimeError("selected index k out of range"), "crash-topk-too-big"),
+        # CUDA's wordings, as the GPU check recorded them (benchmarks/gpu)
+        (
+            RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                "cuda:0 and cpu!"
+            ),
+            "crash-mixed-devices",
+        ),
+        (
+            RuntimeError(
+                "Expected all tensors to be on the same device, but got tensors is on cpu, "
+                "different from other tensors on cuda:0 (when checking argument in method "
+                "wrapper_CUDA_cat)"
+            ),
+            "crash-mixed-devices",
+        ),
+        # the meta device's (a machine without a GPU can raise it)
+        (
+            RuntimeError("Tensor on device cpu is not on the expected device meta!"),
+            "crash-mixed-devices",
+        ),
     ],
 )
 def test_errors_with_one_cause_are_named(error, key):

@@ -60,9 +60,10 @@ def good_rope(x, positions=None):
 def good_rope_complex(x, positions=None):
     """The complex-number form (LLaMA style): also correct."""
     L, d = x.shape[-2], x.shape[-1]
-    t = torch.arange(L) if positions is None else positions
-    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    rot = torch.polar(torch.ones(L, d // 2, dtype=torch.float64), t.double()[:, None] * omega)
+    t = torch.arange(L, device=x.device) if positions is None else positions
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    ones = torch.ones(L, d // 2, dtype=torch.float64, device=x.device)
+    rot = torch.polar(ones, t.double()[:, None] * omega)
     z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
     return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
 
@@ -73,6 +74,35 @@ def test_correct_implementations_pass(thorough):
     assert check.sinusoidal_positional_encoding(good_pe_log, thorough=thorough) is None
     assert check.rotary_embedding(good_rope, thorough=thorough) is None
     assert check.rotary_embedding(good_rope_complex, thorough=thorough) is None
+
+
+def rope_arange_on_the_cpu(x, positions=None):
+    """Right on the CPU; on a GPU its positions and frequencies stay on the CPU."""
+    L, d = x.shape[-2], x.shape[-1]
+    t = torch.arange(L) if positions is None else positions
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    theta = t.double()[:, None] * omega
+    cos, sin = torch.cos(theta).to(x.dtype), torch.sin(theta).to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)
+
+
+def test_rope_implementations_keep_to_the_input_device():
+    """The right implementations above and every catalogued mistake make their tensors on x's
+    device, so that the thorough check on a GPU passes the one and names the other as on the CPU
+    (the GPU check's catalogue step). The meta device stands in for a GPU on a machine without
+    one: a tensor made on the CPU cannot meet it; the mutant shows that."""
+    x = torch.zeros(2, 5, 8, dtype=torch.float64, device="meta")
+    positions = torch.arange(5, device="meta")
+    mistakes = [m.impl for m in check.EXERCISES["rotary_embedding"].mistakes]
+    for impl in [good_rope, good_rope_complex, *mistakes]:
+        for where in (None, positions):
+            assert impl(x, where).device == x.device, impl.__name__
+    with pytest.raises(RuntimeError, match="device"):
+        rope_arange_on_the_cpu(x)
+    torch.testing.assert_close(
+        rope_arange_on_the_cpu(torch.ones(2, 5, 8)), good_rope(torch.ones(2, 5, 8))
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from transformer_lab.check import lesson08, lesson08_sampling
 
 def good_shift(idx, pad_id=None):
     B, L = idx.shape
-    targets = torch.cat([idx[:, 1:], torch.full((B, 1), -100, dtype=idx.dtype)], dim=1)
+    last = torch.full((B, 1), -100, dtype=idx.dtype, device=idx.device)
+    targets = torch.cat([idx[:, 1:], last], dim=1)
     if pad_id is not None:
         targets = torch.where(targets == pad_id, torch.full_like(targets, -100), targets)
-    return targets.to(idx.device)
+    return targets
 
 
 def good_lm_loss(logits, targets):

@@ -87,6 +87,9 @@ def test_the_course_is_installed_from_the_tree_and_torch_is_untouched(dry_run):
     course = Path(install["course"])
     assert course.name == "__init__.py" and course.parent.name == "transformer_lab"
     assert ROOT not in course.parents  # the installed copy, not the working tree
+    grader = Path(install["grader"])  # tests/checks imports the grader's package too
+    assert grader.parent.name == "transformer_lab_grader"
+    assert grader.parent.parent == course.parent.parent
     assert install["wheels_refused"] == [] and install["modules_missing"] == []
 
 

@@ -4,6 +4,8 @@ A check whose case makes the student's code raise shows the error and the studen
 errors have one cause a student can act on, whatever the exercise; ``name(err)`` names it:
 
 - two dtypes mixed in one operation (a tensor made without ``dtype=x.dtype``);
+- two devices mixed in one operation (a tensor made without ``device=x.device``: the thorough
+  check runs on a GPU too when there is one, where ``torch.arange(L)`` is still on the CPU);
 - ``.view`` of a tensor that a transpose or permute left non-contiguous;
 - a size computed with ``/`` (a float) where an integer belongs (``//``);
 - an in-place operation on a tensor autograd still needs (``x += …``, ``h.copy_(…)``);
@@ -31,6 +33,14 @@ _DTYPE = re.compile(
     r"|expected scalar type \w+ but found \w+|found dtype \w+ but expected \w+"
     r"|to have the same dtype",
     re.IGNORECASE,
+)
+# PyTorch's wordings: CUDA ("... but found at least two devices, cuda:0 and cpu!", "... but got
+# index is on cpu, different from other tensors on cuda:0 (when checking argument ..."), older
+# releases, indexing with indices on another device, and the meta and MPS backends
+_DEVICE = re.compile(
+    r"Expected all tensors to be on the same device|is on CPU, but expected \w+ to be on GPU"
+    r"|Expected object of device type|indices should be either on cpu or on the same device"
+    r"|is not on the expected device|Placeholder storage has not been allocated on MPS device",
 )
 _VIEW = re.compile(r"view size is not compatible with input tensor's size and stride")
 _FLOAT_SIZE = re.compile(
@@ -60,6 +70,15 @@ def name(err: BaseException) -> Named | None:
             "a tensor you created has another dtype than the inputs (torch.zeros, torch.ones, "
             "torch.arange and torch.tensor give float32 or int64 unless told): create it with "
             "dtype=x.dtype and device=x.device, or with torch.zeros_like / x.new_zeros",
+        )
+    if isinstance(err, RuntimeError) and _DEVICE.search(text):
+        return (
+            "crash-mixed-devices",
+            "a tensor you created is on another device than the inputs (torch.zeros, "
+            "torch.arange, torch.full and torch.tensor make it on the CPU unless told, and the "
+            "inputs here are on a GPU): create it with device=x.device, or with "
+            "torch.zeros_like / x.new_full; in a module, keep a fixed table with "
+            "self.register_buffer so that .to(device) moves it",
         )
     if isinstance(err, RuntimeError) and _VIEW.search(text):
         return (

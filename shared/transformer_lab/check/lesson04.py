@@ -364,10 +364,12 @@ LearnedPositionalEmbedding = Exercise(
 # rotary_embedding(x, positions=None)
 
 
+# The mistakes make every tensor on x's device, as the exercise asks: a mistake that crashed on a
+# GPU would not be named there (the GPU check's catalogue step compares the names on both).
 def _rope_angles(x, positions, exponent_scale=1.0):
     L, d = x.shape[-2], x.shape[-1]
-    t = torch.arange(L) if positions is None else positions
-    two_k = torch.arange(0, d, 2, dtype=torch.float64)
+    t = torch.arange(L, device=x.device) if positions is None else positions
+    two_k = torch.arange(0, d, 2, dtype=torch.float64, device=x.device)
     freq = 10000.0 ** (-two_k * exponent_scale / d)
     angles = t.to(torch.float64)[:, None] * freq[None, :]
     return torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
@@ -397,8 +399,8 @@ def _rope_k_over_d(x, positions=None):
 
 def _rope_per_feature(x, positions=None):
     L, d = x.shape[-2], x.shape[-1]
-    t = torch.arange(L) if positions is None else positions
-    j = torch.arange(d, dtype=torch.float64)
+    t = torch.arange(L, device=x.device) if positions is None else positions
+    j = torch.arange(d, dtype=torch.float64, device=x.device)
     angles = t.to(torch.float64)[:, None] * 10000.0 ** (-j / d)[None, :]  # (L, d)
     rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
     return x * torch.cos(angles).to(x.dtype) + rotated * torch.sin(angles).to(x.dtype)
@@ -410,7 +412,7 @@ def _rope_positions_ignored(x, positions=None):
 
 
 def _rope_from_one(x, positions=None):
-    t = torch.arange(1, x.shape[-2] + 1) if positions is None else positions
+    t = torch.arange(1, x.shape[-2] + 1, device=x.device) if positions is None else positions
     cos, sin = _rope_angles(x, t)
     return _rotate_pairs(x, cos, sin)
 

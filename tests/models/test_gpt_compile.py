@@ -90,3 +90,9 @@ def test_mutant_that_recompiles_at_every_step_is_caught(monkeypatch):
     monkeypatch.setattr(GPT, "forward", counting)
     with pytest.raises(torch._dynamo.exc.RecompileError):
         train_compiled(tiny_gpt())
+
+
+def test_a_torch_without_is_compiling_still_checks_the_ids(monkeypatch):  # torch 2.1 and 2.2
+    monkeypatch.delattr(torch.compiler, "is_compiling")
+    with pytest.raises(ValueError, match="vocabulary has 32 tokens"):
+        tiny_gpt()(torch.tensor([[0, V]]))

@@ -22,9 +22,12 @@ clock and CPU (process) time, and the ratios of medians. On a busy machine the C
 fairer clock: it does not count the time other programs hold the cores. Before timing, nanoGPT
 gets the course GPT's weights and the script checks that the losses agree (exactly where the GELU
 is the same). --repeats N runs the whole interleaved measurement N times and ends with the median
-(and range) of each CPU ratio over the repeats.
+(and range) of each CPU ratio over the repeats. --compile times the two nanoGPTs and the course
+GPT only, each one's loss compiled with torch.compile (inductor, which needs a C++ compiler; a
+first step compiles, a minute or two each on a CPU): `GPT.loss`, nanoGPT's forward(idx, targets).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_nanogpt.py --threads 1 [--steps 300] [--repeats 3]
+        [--compile]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from transformer_lab import set_explicit  # noqa: E402
 from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 
 N_LAYERS, N_HEADS, D_MODEL, BLOCK, BATCH, VOCAB = 4, 4, 128, 64, 12, 65
+COMPILED = ("nanoGPT", "nanoGPT, tanh GELU", "course GPT")  # what --compile times
 
 
 class NanoLayerNorm(nn.Module):
@@ -198,6 +202,15 @@ def step(model, opt, x, y) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def compiled_loss(name, model, opt, x, y):
+    """torch.compile of the model's own loss (`loss_of`), compiled by one training step."""
+    loss = torch.compile(model.loss if isinstance(model, GPT) else model)
+    start = time.perf_counter()
+    step(loss, opt, x, y)
+    print(f"{name}: compiled in {time.perf_counter() - start:.1f} s", flush=True)
+    return loss
+
+
 def measure(models, opts, names, x, y, warmup: int, steps: int):
     """Median (wall, CPU) seconds of a step for each model, the steps interleaved."""
     times = {k: [] for k in names}
@@ -254,6 +267,11 @@ def main() -> None:
         action="store_true",
         help="also nanoGPT without the Dropout(0.0) modules it calls (the twin before 2026-11-27)",
     )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="the two nanoGPTs and the course GPT only, each loss compiled with torch.compile",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     models = build(args.attention_ab, args.twin_ab)
@@ -270,6 +288,8 @@ def main() -> None:
         if "one qkv" in name or "without" in name:
             assert abs(losses[name] - losses["course GPT"]) < 1e-5, losses
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
+    if args.compile:
+        models = {k: compiled_loss(k, models[k], opts[k], x, y) for k in COMPILED}
     names = list(models)
     print(
         f"torch {torch.__version__}, threads={torch.get_num_threads()}, {args.steps} interleaved "

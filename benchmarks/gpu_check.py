@@ -883,12 +883,14 @@ def bench_gpt_step(
     on_row=lambda: None,
 ) -> list[dict]:
     """One training step, course GPT against the nanoGPT twin, eager and compiled (each row
-    appended to `rows` as soon as it is measured)."""
+    appended to `rows` as soon as it is measured); the compiled row counts the graphs Dynamo
+    made for the two models and their graph breaks."""
     import torch
     import torch.nn.functional as F
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_nanogpt import NanoGPT, copy_weights
+    from torch._dynamo.utils import counters
 
     from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.train import low_precision_dtype
@@ -924,27 +926,31 @@ def bench_gpt_step(
             )
             on_row()
             continue
-        models = {"course GPT": course, "nanoGPT": nano}
+        modules = {"course GPT": course, "nanoGPT": nano}
+        # each model's own loss of (idx, targets), the loss inside what is compiled for both:
+        # GPT.loss, and nanoGPT's forward(idx, targets)
+        models = {"course GPT": course.loss, "nanoGPT": nano}
         if mode == "compiled":
             models = {k: torch.compile(m, backend=compile_backend) for k, m in models.items()}
-        opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4, **fused) for k, m in models.items()}
+        opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4, **fused) for k, m in modules.items()}
 
         def train_step(name, models=models, opts=opts):
             with torch.autocast(device_type=device, dtype=half):
-                if name == "nanoGPT":  # its forward(idx, targets) computes the loss, as nanoGPT's
-                    loss = models[name](x, y)
-                else:
-                    loss = F.cross_entropy(models[name](x).flatten(0, 1).float(), y.flatten())
+                loss = models[name](x, y)
             opts[name].zero_grad(set_to_none=True)
             loss.backward()
             opts[name].step()
 
+        counters.clear()
         compile_start = time.monotonic()
         for name in models:  # the first step compiles
             train_step(name)
         first = time.monotonic() - compile_start
         t = interleaved({k: (lambda k=k: train_step(k)) for k in models}, timed, warmup, reps)
         row = {"mode": mode, "dtype": str(half).replace("torch.", ""), "first_step_s": first}
+        if mode == "compiled":  # both models together: 2 graphs (one each) and no break is best
+            row["graphs"] = counters["stats"]["unique_graphs"]  # a recompile adds one
+            row["graph_breaks"] = sum(counters["graph_break"].values())
         for name, seconds in t.items():
             tokens = B * T / seconds
             row[name] = {
@@ -1101,11 +1107,14 @@ def markdown(results: dict) -> str:
             if "skipped" in r:
                 lines.append(f"| {r['mode']} | skipped: {r['skipped']} | | | | | |")
                 continue
+            mode = r["mode"]
+            if "graph_breaks" in r:
+                mode += f" ({r['graphs']} graphs, {r['graph_breaks']} graph breaks)"
             for name in ("course GPT", "nanoGPT"):
                 m = r[name]
                 mfu = f"{m['mfu'] * 100:.1f}%" if m.get("mfu") is not None else "-"
                 lines.append(
-                    f"| {r['mode']} | {r['dtype']} | {name} | {m['step_ms']:.2f} | "
+                    f"| {mode} | {r['dtype']} | {name} | {m['step_ms']:.2f} | "
                     f"{m['tokens_per_s']:,.0f} | {mfu} | {r['course_vs_nanogpt_time']:.2f}x |"
                 )
     if bench.get("tiled_attention"):

@@ -37,7 +37,7 @@ def broadcast_shapes(*shapes) -> tuple[int, ...]:
 
     Plain Python on purpose: torch.broadcast_shapes pulls in sympy on first use (seconds).
     """
-    ndim = max((len(s) for s in shapes), default=0)
+    ndim = max([0, *(len(s) for s in shapes)])  # (not max(..., default=0): torch.compile can't)
     result = []
     for i in range(1, ndim + 1):
         sizes = {s[-i] for s in shapes if len(s) >= i} - {1}

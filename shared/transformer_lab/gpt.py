@@ -46,15 +46,25 @@ IGNORE_INDEX = -100  # target value that the losses skip (as in F.cross_entropy)
 
 
 def _require_token_ids(name: str, idx: torch.Tensor, vocab_size: int) -> None:
-    """idx must be a (B, L) integer tensor with every id in 0 .. vocab_size - 1."""
+    """idx must be a (B, L) integer tensor with every id in 0 .. vocab_size - 1 (the ids are
+    read only when not compiling: under torch.compile only the shape and dtype are checked)."""
     require_ndim(name, idx, 2, "(B, L)")
     if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids, got dtype {idx.dtype}")
+    if _compiling():
+        return  # reading the ids would break the compiled graph in two (and wait for a GPU)
     if idx.numel() and (idx.min() < 0 or idx.max() >= vocab_size):
         raise ValueError(
             f"{name} has token ids in [{int(idx.min())}, {int(idx.max())}] but the vocabulary "
             f"has {vocab_size} tokens (ids 0 .. {vocab_size - 1}); shape {tuple(idx.shape)}"
         )
+
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing this call (torch.compiler.is_compiling, from torch 2.3;
+    always False before)."""
+    is_compiling = getattr(torch.compiler, "is_compiling", None)
+    return is_compiling is not None and is_compiling()
 
 
 @dataclass

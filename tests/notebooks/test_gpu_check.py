@@ -127,6 +127,9 @@ def test_the_benchmarks_compare_side_by_side(dry_run):
         assert row["course GPT"]["mfu"] is None  # no GPU peak on a CPU
         # the twins start from the same weights: the same loss
         assert row["initial_loss_course"] == pytest.approx(row["initial_loss_nanogpt"], abs=1e-5)
+    compiled = bench["gpt_step"][1]  # one graph each, compiled once (tests/models/test_gpt_compile)
+    assert (compiled["graphs"], compiled["graph_breaks"]) == (2, 0)
+    assert "compiled (2 graphs, 0 graph breaks)" in md
     for row in bench["tiled_attention"]:
         assert row["max_abs_difference"] < 1e-5 and row["tiled_ms"] > 0
     assert "## GPT training step" in md and "## tiled_attention" in md

@@ -16,7 +16,7 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
 - two 1-D tensors of the mismatched sizes combined where every pair belongs (no [:, None]);
 - ``.T`` of a tensor with more than two axes (it reverses them all) on the line that failed;
 - -100 (ignore_index) used as an index; a size-1 token concatenated to a batch without
-  expanding it; ``torch.arange(start, length)``; ``torch.randint`` on an empty range;
+  expanding it; ``torch.arange(start, length)`` (read from the student's line and integers); ``torch.randint`` on an empty range;
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -69,6 +69,7 @@ _CAT_SIZE_ONE = re.compile(
 )
 _IGNORE_INDEX = re.compile(r"index -100 is out of bounds")
 _ARANGE = re.compile(r"upper bound and lower bound inconsistent with step sign")
+_ARANGE_CALL = re.compile(r"arange\(\s*([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*[,)]")
 _EMPTY_DRAW = re.compile(
     r"random_ expects 'from' to be less than 'to', but got from=(-?\d+) >= to="
 )
@@ -148,12 +149,9 @@ def name(err: BaseException) -> Named | None:
             "batch): expand it first, token.expand(B, -1, -1), or join along the right axis",
         )
     if isinstance(err, RuntimeError) and _ARANGE.search(text):
-        return (
-            "crash-arange-end",
-            "torch.arange(start, end) was given an end below its start: its second argument is "
-            "where to stop, not how many, so arange(offset, offset + L) counts L positions from "
-            "offset",
-        )
+        named = _arange_length(err)
+        if named:
+            return named
     found = _EMPTY_DRAW.search(text)
     if isinstance(err, RuntimeError) and found:
         return (
@@ -189,11 +187,9 @@ def _no_keepdim(err: BaseException, sizes: set[int]) -> Named | None:
     """Two shapes that do not broadcast, where the student's failing line uses a tensor that
     their code made with a mean, sum, var, std or norm and no keepdim, whose shape is another
     tensor's without its last axis, and whose own last axis is among the mismatched sizes."""
-    frame = innermost_student_frame(err.__traceback__)
-    frames = student_frames(err.__traceback__)
-    if frame is None or not frames:
+    frame, line = _student_line(err)
+    if frame is None:
         return None
-    line = frames[-1].line or ""
     try:
         source = inspect.getsource(frame.f_code)
     except (OSError, TypeError):
@@ -221,17 +217,30 @@ def _no_keepdim(err: BaseException, sizes: set[int]) -> Named | None:
                     f"{tuple(full.shape)}; pass keepdim=True (or add the axis back with "
                     "[..., None])",
                 )
+    if _REDUCTION.search(line) and "keepdim" not in line:
+        return (
+            "crash-no-keepdim",
+            "the line that failed combines the result of a reduction (mean, sum, var, norm) "
+            "made without keepdim=True: it lost the reduced axis, so it no longer lines up with "
+            "the other operand; pass keepdim=True (or add the axis back with [..., None])",
+        )
     return None
+
+
+def _student_line(err: BaseException) -> tuple:
+    """(the student's innermost frame, the text of its failing line), or (None, "")."""
+    frame = innermost_student_frame(err.__traceback__)
+    frames = student_frames(err.__traceback__)
+    if frame is None or not frames:
+        return None, ""
+    return frame, frames[-1].line or ""
 
 
 def _dot_t(err: BaseException) -> Named | None:
     """Two shapes that do not broadcast, on a line of the student's that takes `.T` of a tensor
     with more than two axes (which reverses every axis, not the last two)."""
-    frame = innermost_student_frame(err.__traceback__)
-    frames = student_frames(err.__traceback__)
-    if frame is None or not frames:
-        return None
-    for key in _DOT_T.findall(frames[-1].line or ""):
+    frame, line = _student_line(err)
+    for key in _DOT_T.findall(line):
         value = frame.f_locals.get(key)
         if isinstance(value, torch.Tensor) and value.dim() > 2:
             return (
@@ -246,11 +255,9 @@ def _dot_t(err: BaseException) -> Named | None:
 def _outer(err: BaseException, sizes: set[int]) -> Named | None:
     """Two shapes that do not broadcast: two 1-D tensors on the student's failing line, of the
     two mismatched sizes, combined elementwise where every pair belongs (an outer product)."""
-    frame = innermost_student_frame(err.__traceback__)
-    frames = student_frames(err.__traceback__)
-    if frame is None or not frames or len(sizes) != 2:
+    frame, line = _student_line(err)
+    if frame is None or len(sizes) != 2:
         return None
-    line = frames[-1].line or ""
     vectors = {
         key: value
         for key, value in frame.f_locals.items()
@@ -267,4 +274,25 @@ def _outer(err: BaseException, sizes: set[int]) -> Named | None:
         f"`{a}` and `{b}` are both 1-D, of sizes {tuple(vectors[a].shape)[0]} and "
         f"{tuple(vectors[b].shape)[0]}, and are combined elementwise where every pair belongs: "
         f"make one a column so that they broadcast to a table, {a}[:, None] with {b}[None, :]",
+    )
+
+
+def _arange_length(err: BaseException) -> Named | None:
+    """torch.arange(start, end) raising on the student's line `arange(a, b)`, where a and b are
+    their integers and b is below a: a length given where the end belongs."""
+    frame, line = _student_line(err)
+    found = _ARANGE_CALL.search(line)
+    if frame is None or found is None:
+        return None
+    start, end = (frame.f_locals.get(name) for name in found.groups())
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+        return None
+    if not 0 <= end < start:
+        return None
+    a, b = found.groups()
+    return (
+        "crash-arange-length",
+        f"torch.arange({a}, {b}) stops at {b} = {end}, below its start {a} = {start}: its second "
+        f"argument is where to stop, not how many, so arange({a}, {a} + {b}) counts {b} values "
+        f"from {a}",
     )

@@ -389,7 +389,8 @@ def _vector_factors(g, e, same) -> Named | None:
         f"each vector along the last axis of your result is the right one times its own factor "
         f"(from {float(c.min()):.3g} to {float(c.max()):.3g}): what each vector is scaled or "
         "divided by is wrong, for example a count of another extent (the whole batch, padding "
-        "included), a norm taken over other entries, or a normalising term misplaced",
+        "included), another norm (L1 for L2) or one taken over other entries, or a "
+        "normalising term misplaced",
     )
 
 

@@ -19,8 +19,9 @@ the student's result:
 
 As in ``check.generic``, a change is named only when the student's result *equals* the altered
 reference's under the check's own comparison and differs from the right one; a change that leaves
-the reference's result as it was names nothing. The reference runs a few dozen times at most, on
-the failing case only.
+the reference's result as it was names nothing. The reference runs at most ``MAX_TRIES`` times (``MAX_MODULE_TRIES`` for a module), on
+the failing case only, in a fixed order (axes, masks, log-scales, integers, then scales), so that
+what is named never depends on the machine's speed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import torch
 
 Named = tuple[str, str]  # (a stable key, the one-sentence "Likely mistake")
 MAX_AXES = 4  # a tensor input with more axes than this is not searched for a swapped pair
+MAX_TRIES = 60  # altered inputs tried at most per failing case
+MAX_MODULE_TRIES = 30  # ... of a module exercise (each try rebuilds the module: ~10 ms)
 
 
 def name(reference, run: Callable, got, expected, same: Callable, sizes=()) -> Named | None:
@@ -95,9 +98,14 @@ def candidates(reference, run: Callable, sizes=()):
     arguments, output = probed
     shapes = _shapes(output)
     sizes = sorted({int(s) for s in set(sizes) | case_sizes(arguments) if int(s) > 1})
-    for variant in _changes(arguments, sizes):
-        if variant.reshapes and isinstance(reference, type):
-            continue  # a module's integer arguments (an offset) are not altered
+    out_dims = {len(shape) for shape in shapes if isinstance(shape, tuple)}
+    variants = (
+        v
+        for v in _changes(arguments, sizes, out_dims)
+        if not (v.reshapes and isinstance(reference, type))  # a module's offset is not altered
+    )
+    limit = MAX_MODULE_TRIES if isinstance(reference, type) else MAX_TRIES
+    for variant in itertools.islice(variants, limit):
         impl = _altered(reference, variant.change)
         yield (_reshaping(impl, shapes) if variant.reshapes else impl), variant.out, variant.named
 
@@ -190,12 +198,13 @@ def _replace(arguments: dict, key: str, value) -> dict:
     return out
 
 
-def _changes(arguments: dict, sizes: list[int]):
-    """(change, change of the result or None, (key, sentence)) for each alteration tried, in
-    order."""
+def _changes(arguments: dict, sizes: list[int], out_dims: set):
+    """Each alteration tried, in order: swapped axes, inverted masks, log-scales, integers, then
+    scales (the simple factors of every input before the ratios of sizes). `out_dims`: the
+    numbers of axes of the reference's result tensors."""
     for key, value in arguments.items():
         if isinstance(value, torch.Tensor) and 2 <= value.dim() <= MAX_AXES:
-            yield from _swaps(key, value)
+            yield from _swaps(key, value, value.dim() in out_dims)
     for key, value in arguments.items():
         if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
             yield _Variant(
@@ -208,8 +217,17 @@ def _changes(arguments: dict, sizes: list[int]):
                 ),
             )
     for key, value in arguments.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point():
-            for factor, text in _factors(sizes):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() == 0:
+            yield from _log_scale(key, value)
+    for key, value in arguments.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            yield from _other_integers(key, value, sizes)
+    floats = [
+        k for k, v in arguments.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    ]
+    for simple in (True, False):
+        for key in floats:
+            for factor, text in _factors(sizes, simple):
                 yield _Variant(
                     lambda a, key=key, factor=factor: _replace(a, key, a[key] * factor),
                     (
@@ -219,12 +237,6 @@ def _changes(arguments: dict, sizes: list[int]):
                         "dimension (√d of another size than the exercise's)",
                     ),
                 )
-    for key, value in arguments.items():
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim() == 0:
-            yield from _log_scale(key, value)
-    for key, value in arguments.items():
-        if isinstance(value, int) and not isinstance(value, bool):
-            yield from _other_integers(key, value, sizes)
 
 
 def _log_scale(key: str, value: torch.Tensor):
@@ -288,7 +300,9 @@ def _other_integers(key: str, value: int, sizes: list[int]):
         )
 
 
-def _swaps(key: str, value: torch.Tensor):
+def _swaps(key: str, value: torch.Tensor, result_alike: bool):
+    """Axes i and j of `value` swapped; when a result has as many axes (`result_alike`), also
+    with the same axes of the result swapped back."""
     n = value.dim()
     for i, j in itertools.combinations(range(n), 2):
         if value.shape[i] == 1 and value.shape[j] == 1:
@@ -302,22 +316,27 @@ def _swaps(key: str, value: torch.Tensor):
         )
         swap = lambda a, key=key, i=i, j=j: _replace(a, key, a[key].transpose(i, j))  # noqa: E731
         yield _Variant(swap, sentence)
-        back = lambda t, i=i, j=j, n=n: t.transpose(i, j) if t.dim() == n else t  # noqa: E731
-        yield _Variant(swap, sentence, out=back)
+        if result_alike:
+            back = lambda t, i=i, j=j, n=n: t.transpose(i, j) if t.dim() == n else t  # noqa: E731
+            yield _Variant(swap, sentence, out=back)
 
 
-def _factors(sizes: list[int]) -> list[tuple[float, str]]:
-    """The scale factors tried, simplest first, each with how a sentence names it (every name
-    of the same value: √2 may also be √8/√4, a division by √4 where √8 belongs)."""
+def _factors(sizes: list[int], simple: bool) -> list[tuple[float, str]]:
+    """The scale factors tried: the simple ones (−1, 2, 1/2, √d, 1/√d) or the ratios √a/√b of
+    sizes not already among them, each with how a sentence names it (every name of the same
+    value: √2 may also be √8/√4, a division by √4 where √8 belongs)."""
     factors = [(-1.0, "−1 (the sign flipped)"), (2.0, "2"), (0.5, "1/2")]
     for d in sizes:
         factors += [(math.sqrt(d), f"√{d}"), (1 / math.sqrt(d), f"1/√{d}")]
+    n_simple = len(factors)
     for a, b in itertools.permutations(sizes, 2):
         factors.append((math.sqrt(a / b), f"√{a}/√{b}, a division by √{b} where √{a} belongs"))
-    names: dict[float, tuple[float, list[str]]] = {}
-    for factor, text in factors:
-        names.setdefault(round(factor, 9), (factor, []))[1].append(text)
+    names: dict[float, tuple[float, list[str], bool]] = {}
+    for index, (factor, text) in enumerate(factors):
+        entry = names.setdefault(round(factor, 9), (factor, [], index < n_simple))
+        entry[1].append(text)
     return [
         (factor, texts[0] + (f" (= {'; = '.join(texts[1:])})" if len(texts) > 1 else ""))
-        for factor, texts in names.values()
+        for factor, texts, is_simple in names.values()
+        if is_simple == simple
     ]

@@ -36,7 +36,7 @@ import torch
 
 Named = tuple[str, str]  # (a stable key, the one-sentence "Likely mistake")
 MAX_AXES = 4  # a tensor input with more axes than this is not searched for a swapped pair
-MAX_TRIES = 60  # altered inputs tried at most per failing case
+MAX_TRIES = 200  # altered inputs tried at most per failing case (a function: ~1 ms each)
 MAX_MODULE_TRIES = 30  # ... of a module exercise (each try rebuilds the module: ~10 ms)
 
 

@@ -70,6 +70,30 @@ def test_permuted_axes(x):
     assert "axes 2 and 3 swapped" in sentence
 
 
+def test_one_slice_more_or_less(x):
+    e = x[0]  # (3, 4, 8)
+    assert named(e[:, 1:], e) == "generic-missing-slice"  # the first position left out
+    assert "last entry along axis 2" in generic.name(e[..., :-1], e, close)[1]
+    assert named(torch.cat([e, e[:, :1]], 1), e) == "generic-extra-slice"
+    assert named(e[:, 1:] + 1, e) is None  # one slice short, and wrong besides
+
+
+def test_expanded_size_one_axis():
+    mask = torch.rand(2, 1, 1, 5, generator=torch.Generator().manual_seed(0)) < 0.5
+    assert named(mask.expand(2, 1, 5, 5), mask, exactly_equal) == "generic-expanded"
+    other = mask.expand(2, 1, 5, 5).clone()
+    other[0, 0, 1] = ~other[0, 0, 1]  # one query's row differs: not a repeat
+    assert named(other, mask, exactly_equal) is None
+
+
+def test_vector_factors(x):
+    counts = torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64)[:, None]
+    e = x[0, :, 0]  # (3, 8): three pooled vectors
+    assert named(e * counts / counts.sum(), e) == "generic-vector-factors"  # a batch-wide count
+    zeroed = e * torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)[:, None]
+    assert named(zeroed, e) is None  # a vector dropped is not a wrong amount
+
+
 def test_nan_rows(x):
     w = torch.softmax(x, -1)
     got = w.clone()

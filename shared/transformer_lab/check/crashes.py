@@ -12,6 +12,13 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
 - an axis counted from the front that a 2-D or 4-D input does not have (``transpose(1, 2)``);
 - the shape unpacked into a fixed number of names (``L, d = x.shape``) for an input with more
   or fewer axes;
+- two shapes that do not broadcast because a tensor the student's line uses came from a mean,
+  sum, var or norm over the last axis without ``keepdim=True`` (read from the student's frame:
+  its locals' shapes and the line that made the tensor);
+- two 1-D tensors of the mismatched sizes combined where every pair belongs (no [:, None]);
+- ``.T`` of a tensor with more than two axes (it reverses them all) on the line that failed;
+- -100 (ignore_index) used as an index; a size-1 token concatenated to a batch without
+  expanding it; ``torch.arange(start, length)`` (read from the student's line and integers); ``torch.randint`` on an empty range;
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -22,9 +29,12 @@ error with several plausible causes (two shapes that do not broadcast) is left u
 
 from __future__ import annotations
 
+import inspect
 import re
 
-from .feedback import student_frames
+import torch
+
+from .feedback import innermost_student_frame, student_frames
 
 Named = tuple[str, str]  # (a stable key, the one-sentence "Likely mistake")
 
@@ -58,6 +68,22 @@ _UNPACK = re.compile(r"(too many|not enough) values to unpack \(expected (\d+)")
 _SHAPE_ON_LINE = re.compile(r"\.(shape|size\(\))")
 _NONE_OPERAND = re.compile(r"unsupported operand type\(s\) for .*'NoneType'|'NoneType' object")
 _EMPTY_MIN = re.compile(r"(min|max)\(\) (arg|iterable argument) is (an )?empty")
+_BROADCAST = re.compile(
+    r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton"
+)
+_REDUCTION = re.compile(
+    r"\.(mean|sum|var|std|norm|amax|logsumexp)\(|torch\.(mean|sum|var|std|norm)\("
+)
+_CAT_SIZE_ONE = re.compile(
+    r"Sizes of tensors must match except in dimension \d+\. Expected size (\d+) but got size (\d+)"
+)
+_IGNORE_INDEX = re.compile(r"index -100 is out of bounds")
+_ARANGE = re.compile(r"upper bound and lower bound inconsistent with step sign")
+_ARANGE_CALL = re.compile(r"arange\(\s*([A-Za-z_]\w*)\s*,\s*([A-Za-z_]\w*)\s*[,)]")
+_EMPTY_DRAW = re.compile(
+    r"random_ expects 'from' to be less than 'to', but got from=(-?\d+) >= to="
+)
+_DOT_T = re.compile(r"\b([A-Za-z_]\w*)\.T\b")
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
 
 
@@ -126,6 +152,38 @@ def name(err: BaseException) -> Named | None:
             "torch.topk(x, k) with k larger than the axis it picks from: cap it, "
             "k = min(k, x.shape[-1]) (a k at least the vocabulary size keeps everything)",
         )
+    if isinstance(err, (RuntimeError, IndexError)) and _IGNORE_INDEX.search(text):
+        return (
+            "crash-ignore-index-used",
+            "the ignored targets (-100) are used as indices (gather, indexing, one_hot): replace "
+            "them by a valid class first (targets.clamp(min=0), or masked_fill), then leave "
+            "those positions out of the loss with the mask targets != ignore_index",
+        )
+    found = _CAT_SIZE_ONE.search(text)
+    if isinstance(err, RuntimeError) and found and "1" in found.groups():
+        return (
+            "crash-cat-size-one",
+            "torch.cat joins tensors whose other sizes must match, and one of them has size 1 "
+            "on an axis where the others have more (a learned token of shape (1, 1, d) beside a "
+            "batch): expand it first, token.expand(B, -1, -1), or join along the right axis",
+        )
+    if isinstance(err, RuntimeError) and _ARANGE.search(text):
+        named = _arange_length(err)
+        if named:
+            return named
+    found = _EMPTY_DRAW.search(text)
+    if isinstance(err, RuntimeError) and found:
+        return (
+            "crash-empty-draw",
+            "torch.randint(low, high) needs low < high: on an empty input (length 0) there is "
+            "nothing to draw from, so handle that case first (return the input unchanged)",
+        )
+    found = _BROADCAST.search(text)
+    if isinstance(err, RuntimeError) and found:
+        sizes = {int(found.group(1)), int(found.group(2))}
+        named = _no_keepdim(err, sizes) or _dot_t(err) or _outer(err, sizes)
+        if named:
+            return named
     found = _UNPACK.search(text)
     if isinstance(err, ValueError) and found and _on_a_shape(err):
         return (
@@ -142,3 +200,118 @@ def _on_a_shape(err: BaseException) -> bool:
     """Whether the student's line that raised `err` reads a shape (``x.shape``, ``x.size()``)."""
     frames = student_frames(err.__traceback__)
     return bool(frames) and bool(_SHAPE_ON_LINE.search(frames[-1].line or ""))
+
+
+def _no_keepdim(err: BaseException, sizes: set[int]) -> Named | None:
+    """Two shapes that do not broadcast, where the student's failing line uses a tensor that
+    their code made with a mean, sum, var, std or norm and no keepdim, whose shape is another
+    tensor's without its last axis, and whose own last axis is among the mismatched sizes."""
+    frame, line = _student_line(err)
+    if frame is None:
+        return None
+    try:
+        source = inspect.getsource(frame.f_code)
+    except (OSError, TypeError):
+        return None
+    tensors = {k: v for k, v in frame.f_locals.items() if isinstance(v, torch.Tensor)}
+    for key, reduced in tensors.items():
+        word = rf"\b{re.escape(key)}\b"
+        made = re.search(rf"^\s*{word}\s*=(?!=)(.*)$", source, re.MULTILINE)
+        if (
+            reduced.dim() == 0
+            or reduced.shape[-1] not in sizes
+            or not re.search(word, line)
+            or made is None
+            or not _REDUCTION.search(made.group(1))
+            or "keepdim" in made.group(1)
+        ):
+            continue
+        for other, full in tensors.items():
+            if full.dim() == reduced.dim() + 1 and tuple(full.shape[:-1]) == tuple(reduced.shape):
+                return (
+                    "crash-no-keepdim",
+                    f"`{key}` has shape {tuple(reduced.shape)}, `{other}`'s without its last "
+                    "axis: the reduction over the last axis that made it (mean, sum, var, norm) "
+                    f"dropped that axis, so `{key}` no longer lines up with `{other}` "
+                    f"{tuple(full.shape)}; pass keepdim=True (or add the axis back with "
+                    "[..., None])",
+                )
+    if _REDUCTION.search(line) and "keepdim" not in line:
+        return (
+            "crash-no-keepdim",
+            "the line that failed combines the result of a reduction (mean, sum, var, norm) "
+            "made without keepdim=True: it lost the reduced axis, so it no longer lines up with "
+            "the other operand; pass keepdim=True (or add the axis back with [..., None])",
+        )
+    return None
+
+
+def _student_line(err: BaseException) -> tuple:
+    """(the student's innermost frame, the text of its failing line), or (None, "")."""
+    frame = innermost_student_frame(err.__traceback__)
+    frames = student_frames(err.__traceback__)
+    if frame is None or not frames:
+        return None, ""
+    return frame, frames[-1].line or ""
+
+
+def _dot_t(err: BaseException) -> Named | None:
+    """Two shapes that do not broadcast, on a line of the student's that takes `.T` of a tensor
+    with more than two axes (which reverses every axis, not the last two)."""
+    frame, line = _student_line(err)
+    for key in _DOT_T.findall(line):
+        value = frame.f_locals.get(key)
+        if isinstance(value, torch.Tensor) and value.dim() > 2:
+            return (
+                "crash-dot-t",
+                f"`{key}.T` reverses every axis of `{key}`, which has {value.dim()} "
+                f"({tuple(value.shape)} becomes {tuple(value.shape[::-1])}): to swap the last "
+                f"two only, write {key}.transpose(-2, -1) (or {key}.mT)",
+            )
+    return None
+
+
+def _outer(err: BaseException, sizes: set[int]) -> Named | None:
+    """Two shapes that do not broadcast: two 1-D tensors on the student's failing line, of the
+    two mismatched sizes, combined elementwise where every pair belongs (an outer product)."""
+    frame, line = _student_line(err)
+    if frame is None or len(sizes) != 2:
+        return None
+    vectors = {
+        key: value
+        for key, value in frame.f_locals.items()
+        if isinstance(value, torch.Tensor)
+        and value.dim() == 1
+        and re.search(rf"\b{re.escape(key)}\b", line)
+    }
+    by_size = {int(v.shape[0]): k for k, v in vectors.items()}
+    if set(by_size) != sizes:
+        return None
+    a, b = sorted(by_size.values())
+    return (
+        "crash-outer-product",
+        f"`{a}` and `{b}` are both 1-D, of sizes {tuple(vectors[a].shape)[0]} and "
+        f"{tuple(vectors[b].shape)[0]}, and are combined elementwise where every pair belongs: "
+        f"make one a column so that they broadcast to a table, {a}[:, None] with {b}[None, :]",
+    )
+
+
+def _arange_length(err: BaseException) -> Named | None:
+    """torch.arange(start, end) raising on the student's line `arange(a, b)`, where a and b are
+    their integers and b is below a: a length given where the end belongs."""
+    frame, line = _student_line(err)
+    found = _ARANGE_CALL.search(line)
+    if frame is None or found is None:
+        return None
+    start, end = (frame.f_locals.get(name) for name in found.groups())
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+        return None
+    if not 0 <= end < start:
+        return None
+    a, b = found.groups()
+    return (
+        "crash-arange-length",
+        f"torch.arange({a}, {b}) stops at {b} = {end}, below its start {a} = {start}: its second "
+        f"argument is where to stop, not how many, so arange({a}, {a} + {b}) counts {b} values "
+        f"from {a}",
+    )

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from . import compare, exercise, generic, parameters
+from . import compare, exercise, generic, parameters, variants
 from .devices import available_devices, settings
 from .exercise import Case, Exercise, fail
 from .forbid import ImplementThisYourself
@@ -407,20 +407,40 @@ class TrialDriver(Driver):
         finding = self.trial(student_obj, case, setting, student_call)
         if finding is None or isinstance(finding, int):
             return finding
-        named = None
-        for mistake in ex.mistakes:
+        fail(ex, finding.problem, finding.case, self._name(ex, case, setting, finding))
+
+    def _name(self, ex, case, setting, finding: Finding) -> exercise.Mistake | None:
+        """The catalogued mistake whose trial finds the same; else, for a trial that calls the
+        implementation once on a tensor case, the generic mistake that relates its evidence to
+        the reference's result (``check.generic``), or the altered input of the reference whose
+        trial finds the same (``check.variants``)."""
+
+        def same_finding(impl, out=None) -> bool:
             try:
-                theirs = self.trial(mistake.impl, case, setting, lambda thunk, *_: thunk())
-            except Exception:
-                continue
-            if (
-                isinstance(theirs, Finding)
-                and theirs.tag == finding.tag
-                and self.matches(finding.evidence, theirs.evidence)
-            ):
-                named = mistake
-                break
-        fail(ex, finding.problem, finding.case, named)
+                theirs = self.trial(impl, case, setting, lambda thunk, *_: thunk())
+                evidence = theirs.evidence if out is None else out(theirs.evidence)
+                return theirs.tag == finding.tag and bool(self.matches(finding.evidence, evidence))
+            except Exception:  # no finding (None), or evidence the change cannot take
+                return False
+
+        for mistake in ex.mistakes:
+            if same_finding(mistake.impl):
+                return mistake
+        if not isinstance(finding.evidence, torch.Tensor):
+            return None
+        run = lambda impl: self.trial(impl, case, setting, lambda thunk, *_: thunk())  # noqa: E731
+        probed = variants.probe(ex.reference, run)
+        if probed is None:  # a statistical trial: its inputs and result cannot be read
+            return None
+        arguments, expected = probed
+        same = lambda a, b: bool(self.matches(a, b))  # noqa: E731
+        named = generic.name(finding.evidence, expected, same, variants.case_sizes(arguments))
+        if named:
+            return exercise.Mistake(*named)
+        for impl, out, named in variants.candidates(ex.reference, run):
+            if same_finding(impl, out):
+                return exercise.Mistake(*named)
+        return None
 
 
 class CustomDriver(Driver):

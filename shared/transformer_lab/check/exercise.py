@@ -32,7 +32,7 @@ import torch
 
 from .. import registry
 from ..registry import EXERCISES
-from . import crashes, generic
+from . import crashes, generic, variants
 from .devices import exact_float32
 from .feedback import not_written_sentence, render, student_frames, unwritten, wrap
 from .forbid import ImplementThisYourself, forbid
@@ -302,7 +302,9 @@ class Exercise:
         """The catalogued mistake whose result equals the student's (and not the reference's);
         failing that, the generic one that explains how the student's tensor relates to the
         reference's (``check.generic``: transposed axes, a constant factor, ...; `sizes` are
-        the case's sizes, by which a factor such as √d_k is named).
+        the case's sizes, by which a factor such as √d_k is named); failing that, the small
+        change of the case's inputs under which the reference gives the student's result
+        (``check.variants``: a wrong axis, a scale, an off-by-one argument, an inverted mask).
 
         `run_mistake(impl)` runs one mistake on the failing case; `same(a, b)` compares results.
         A mistake that raises is skipped.
@@ -315,7 +317,9 @@ class Exercise:
                 continue
             if same(out, got) and not same(out, expected):
                 return mistake
-        named = generic.name(got, expected, same, sizes)
+        named = generic.name(got, expected, same, sizes) or variants.name(
+            self.reference, run_mistake, got, expected, same, sizes
+        )
         return Mistake(*named) if named else None
 
 

@@ -106,6 +106,20 @@ def student_frames(tb) -> list[traceback.FrameSummary]:
     return kept[-MAX_FRAMES:]
 
 
+def innermost_student_frame(tb):
+    """The innermost of the student's frames (as ``student_frames`` picks them) as a live frame
+    object, with its locals and code, or None."""
+    found, inside = None, False
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if _in_package(filename):
+            inside = True
+        elif inside and not _is_hidden(filename):
+            found = tb.tb_frame
+        tb = tb.tb_next
+    return found
+
+
 def _where(frame: traceback.FrameSummary) -> str:
     """'Cell In[5], line 3, in split_heads' for a notebook cell, else a short path."""
     label = None

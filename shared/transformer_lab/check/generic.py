@@ -7,11 +7,14 @@ the first output that differs and asks, in order, whether the student's tensor i
 - more values than belong, the first of them right; the right values in the wrong order;
 - off by float32's rounding only in a float64 case (part of it computed in float32);
 - the right values with a size-1 axis too many, too few or misplaced, or with its axes permuted;
+- the right result with its first or last slice along one axis missing, or one slice too many;
+- the right values repeated (expanded) along an axis that should have size 1;
 - NaN on whole rows only (a softmax over a row of −inf scores);
 - a constant multiple of the right one (√d, 1/√d, d, 2, −1 … named);
 - the right slices along one axis in another order (reversed, rolled, halves for interleaved,
   blocks such as heads in reverse), or shifted by one position;
-- normalised (summing to 1, or of unit length) along another axis than the right one.
+- normalised (summing to 1, or of unit length) along another axis than the right one;
+- each vector along the last axis scaled by its own factor (a wrong count or norm).
 
 Each diagnoser names a mistake only on unambiguous evidence: the student's result *equals* a
 simple transformation of the reference's under the check's own comparison `same`; a resemblance
@@ -120,7 +123,12 @@ def _diagnose(g, e, same, sizes) -> Named | None:
     if g.dtype != e.dtype:
         return _dtype(g, e)
     if tuple(g.shape) != tuple(e.shape):
-        return _size_one_axes(g, e, same) or _permuted_axes(g, e, same)
+        return (
+            _size_one_axes(g, e, same)
+            or _permuted_axes(g, e, same)
+            or _one_slice_more_or_less(g, e, same)
+            or _expanded(g, e, same)
+        )
     for diagnoser in (
         _precision,
         _nan_rows,
@@ -134,7 +142,7 @@ def _diagnose(g, e, same, sizes) -> Named | None:
         )
         if found is not None:
             return found
-    return _normalised_elsewhere(g, e)
+    return _normalised_elsewhere(g, e) or _vector_factors(g, e, same)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,6 +244,54 @@ def _permuted_axes(g, e, same) -> Named | None:
     return None
 
 
+def _one_slice_more_or_less(g, e, same) -> Named | None:
+    """The right result with its first or last slice along one axis missing, or with one slice
+    too many there: a loop or slice one step off, or a start token left out."""
+    if g.dim() != e.dim():
+        return None
+    differ = [a for a in range(e.dim()) if g.shape[a] != e.shape[a]]
+    if len(differ) != 1:
+        return None
+    axis = differ[0]
+    n, m = e.shape[axis], g.shape[axis]
+    if m == n - 1 and n > 1:
+        for start, which in ((1, "first"), (0, "last")):
+            if _same(same, g, e.narrow(axis, start, n - 1)):
+                return (
+                    "generic-missing-slice",
+                    f"your result is the right one without its {which} entry along axis {axis} "
+                    f"(size {m} where {n} belongs): a loop or slice that "
+                    f"{'starts one step late' if which == 'first' else 'stops one step early'}, "
+                    "or an entry the exercise keeps (such as the start token) left out",
+                )
+    if m == n + 1:
+        for start, which in ((1, "first"), (0, "last")):
+            if _same(same, g.narrow(axis, start, n), e):
+                return (
+                    "generic-extra-slice",
+                    f"your result is the right one with one entry too many along axis {axis}, "
+                    f"its {which} (size {m} where {n} belongs): a loop or slice that "
+                    f"{'starts one step early' if which == 'first' else 'runs one step too far'}",
+                )
+    return None
+
+
+def _expanded(g, e, same) -> Named | None:
+    """The right values repeated along an axis that should have size 1 (expand, repeat)."""
+    if g.dim() != e.dim() or g.numel() <= e.numel():
+        return None
+    grown = [a for a in range(e.dim()) if g.shape[a] != e.shape[a]]
+    if any(e.shape[a] != 1 for a in grown) or not _same(same, g, e.expand(g.shape)):
+        return None
+    axes = " and ".join(str(a) for a in grown)
+    return (
+        "generic-expanded",
+        f"your result holds the right values repeated along axis {axes}, which should have "
+        f"size 1 (shape {tuple(g.shape)} where {tuple(e.shape)} belongs): leave that axis of "
+        "size 1 (no expand or repeat); broadcasting repeats it where it is used",
+    )
+
+
 # ----------------------------------------------------------------------------------------------
 # Values
 
@@ -309,6 +365,32 @@ def _constant_factor(g, e, same, sizes) -> Named | None:
         f"your result is the right one times {named[0]} everywhere: a scale factor applied "
         "twice, left out or taken from the wrong size (a sum for a mean, √d of another "
         "dimension)",
+    )
+
+
+def _vector_factors(g, e, same) -> Named | None:
+    """Each vector along the last axis is the right one times its own factor, the factors not
+    all the same: a sum or a normalisation divided by the wrong amount."""
+    if not e.is_floating_point() or e.dim() < 2 or e.shape[-1] < 3:
+        return None
+    e64, g64 = e.detach().double().cpu(), g.detach().double().cpu()
+    norms = (e64 * e64).sum(-1, keepdim=True)
+    if not bool((norms > 0).all()) or not bool(torch.isfinite(g64).all()):
+        return None
+    c = (g64 * e64).sum(-1, keepdim=True) / norms
+    if float(c.min()) <= 1e-6 * float(c.abs().max()):  # a vector zeroed or flipped: not a scale
+        return None
+    if float(c.max() - c.min()) < 1e-6 * float(c.abs().max()) or not _same(
+        same, g, (e64 * c).to(e.dtype).to(e.device)
+    ):
+        return None
+    return (
+        "generic-vector-factors",
+        f"each vector along the last axis of your result is the right one times its own factor "
+        f"(from {float(c.min()):.3g} to {float(c.max()):.3g}): what each vector is scaled or "
+        "divided by is wrong, for example a count of another extent (the whole batch, padding "
+        "included), another norm (L1 for L2) or one taken over other entries, or a "
+        "normalising term misplaced",
     )
 
 

@@ -19,9 +19,9 @@ the student's result:
 
 As in ``check.generic``, a change is named only when the student's result *equals* the altered
 reference's under the check's own comparison and differs from the right one; a change that leaves
-the reference's result as it was names nothing. The reference runs at most ``MAX_TRIES`` times (``MAX_MODULE_TRIES`` for a module), on
-the failing case only, in a fixed order (axes, masks, log-scales, integers, then scales), so that
-what is named never depends on the machine's speed.
+the reference's result as it was names nothing. The reference runs at most ``MAX_TRIES`` times
+(``MAX_MODULE_TRIES`` for a module), on the failing case only, in a fixed order (axes, masks,
+log-scales, integers, then scales), so that what is named never depends on the machine's speed.
 """
 
 from __future__ import annotations

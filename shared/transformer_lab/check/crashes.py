@@ -18,7 +18,8 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
 - two 1-D tensors of the mismatched sizes combined where every pair belongs (no [:, None]);
 - ``.T`` of a tensor with more than two axes (it reverses them all) on the line that failed;
 - -100 (ignore_index) used as an index; a size-1 token concatenated to a batch without
-  expanding it; ``torch.arange(start, length)`` (read from the student's line and integers); ``torch.randint`` on an empty range;
+  expanding it; ``torch.arange(start, length)`` (read from the student's line and integers);
+  ``torch.randint`` on an empty range;
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -168,7 +169,7 @@ def name(err: BaseException) -> Named | None:
             "batch): expand it first, token.expand(B, -1, -1), or join along the right axis",
         )
     if isinstance(err, RuntimeError) and _ARANGE.search(text):
-        named = _arange_length(err)
+        named = _arange_length(*_student_line(err))
         if named:
             return named
     found = _EMPTY_DRAW.search(text)
@@ -181,7 +182,10 @@ def name(err: BaseException) -> Named | None:
     found = _BROADCAST.search(text)
     if isinstance(err, RuntimeError) and found:
         sizes = {int(found.group(1)), int(found.group(2))}
-        named = _no_keepdim(err, sizes) or _dot_t(err) or _outer(err, sizes)
+        frame, line = _student_line(err)  # read once, for the three diagnosers below
+        named = frame is not None and (
+            _no_keepdim(frame, line, sizes) or _dot_t(frame, line) or _outer(frame, line, sizes)
+        )
         if named:
             return named
     found = _UNPACK.search(text)
@@ -202,13 +206,10 @@ def _on_a_shape(err: BaseException) -> bool:
     return bool(frames) and bool(_SHAPE_ON_LINE.search(frames[-1].line or ""))
 
 
-def _no_keepdim(err: BaseException, sizes: set[int]) -> Named | None:
+def _no_keepdim(frame, line: str, sizes: set[int]) -> Named | None:
     """Two shapes that do not broadcast, where the student's failing line uses a tensor that
     their code made with a mean, sum, var, std or norm and no keepdim, whose shape is another
     tensor's without its last axis, and whose own last axis is among the mismatched sizes."""
-    frame, line = _student_line(err)
-    if frame is None:
-        return None
     try:
         source = inspect.getsource(frame.f_code)
     except (OSError, TypeError):
@@ -255,10 +256,9 @@ def _student_line(err: BaseException) -> tuple:
     return frame, frames[-1].line or ""
 
 
-def _dot_t(err: BaseException) -> Named | None:
+def _dot_t(frame, line: str) -> Named | None:
     """Two shapes that do not broadcast, on a line of the student's that takes `.T` of a tensor
     with more than two axes (which reverses every axis, not the last two)."""
-    frame, line = _student_line(err)
     for key in _DOT_T.findall(line):
         value = frame.f_locals.get(key)
         if isinstance(value, torch.Tensor) and value.dim() > 2:
@@ -271,11 +271,10 @@ def _dot_t(err: BaseException) -> Named | None:
     return None
 
 
-def _outer(err: BaseException, sizes: set[int]) -> Named | None:
+def _outer(frame, line: str, sizes: set[int]) -> Named | None:
     """Two shapes that do not broadcast: two 1-D tensors on the student's failing line, of the
     two mismatched sizes, combined elementwise where every pair belongs (an outer product)."""
-    frame, line = _student_line(err)
-    if frame is None or len(sizes) != 2:
+    if len(sizes) != 2:
         return None
     vectors = {
         key: value
@@ -296,10 +295,9 @@ def _outer(err: BaseException, sizes: set[int]) -> Named | None:
     )
 
 
-def _arange_length(err: BaseException) -> Named | None:
+def _arange_length(frame, line: str) -> Named | None:
     """torch.arange(start, end) raising on the student's line `arange(a, b)`, where a and b are
     their integers and b is below a: a length given where the end belongs."""
-    frame, line = _student_line(err)
     found = _ARANGE_CALL.search(line)
     if frame is None or found is None:
         return None

@@ -260,6 +260,21 @@ def perm_int64(tokens, eos_id, generator=None):
     return torch.tensor(out)
 
 
+def perm_lone_eos_dropped(tokens, eos_id, generator=None):
+    """Splits on eos_id, drops the empty parts (a lone eos_id vanishes), re-adds one eos each."""
+    parts, current = [], []
+    for t in tokens.tolist():
+        if t == eos_id:
+            if current:
+                parts.append(current + [eos_id])
+            current = []
+        else:
+            current.append(t)
+    order = torch.randperm(len(parts), generator=generator).tolist()
+    out = [t for i in order for t in parts[i]] + current
+    return torch.tensor(out, dtype=tokens.dtype, device=tokens.device)
+
+
 # ---------------------------------------------------------------- document_rotation
 
 
@@ -315,6 +330,26 @@ def rotate_int64(tokens, generator=None):
     return torch.tensor(ids[k:] + ids[:k])
 
 
+def rotate_randint_l_minus_one(tokens, generator=None):
+    """torch.randint(0, L - 1): reads the high end as inclusive, so k = L - 1 never comes out."""
+    L = len(tokens)
+    if L == 0:
+        return tokens.clone()
+    k = int(torch.randint(0, max(L - 1, 1), (1,), generator=generator))
+    return torch.cat([tokens[k:], tokens[:k]])
+
+
+def rotate_fresh_generator(tokens, generator=None):
+    """Replaces a missing generator with torch.Generator(), whose fixed default seed repeats."""
+    if generator is None:
+        generator = torch.Generator()
+    L = len(tokens)
+    if L == 0:
+        return tokens.clone()
+    k = int(torch.randint(0, L, (1,), generator=generator))
+    return torch.cat([tokens[k:], tokens[:k]])
+
+
 WRONG = {
     "text_infilling": [
         infill_floor,
@@ -330,12 +365,15 @@ WRONG = {
         perm_sattolo,
         perm_biased_swap,
         perm_int64,
+        perm_lone_eos_dropped,
     ],
     "document_rotation": [
         rotate_empty_crash,
         rotate_rounded,
         rotate_cat_order,
         rotate_int64,
+        rotate_randint_l_minus_one,
+        rotate_fresh_generator,
     ],
 }
 

@@ -82,6 +82,16 @@ def patchify_view_after_permute(images, patch_size):
     return x.view(B, -1, C * p * p)
 
 
+def patchify_vague_error(images, patch_size):
+    """Raises ValueError("bad image size") without naming the sizes."""
+    B, C, H, W = images.shape
+    p = patch_size
+    if H % p or W % p:
+        raise ValueError("bad image size")
+    x = images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(B, -1, C * p * p)
+
+
 # ---------------------------------------------------------------- ViTEmbedding
 
 
@@ -155,6 +165,24 @@ class EmbedClsData(_Given):
         return torch.cat([cls, x], dim=1) + self.pos_embed
 
 
+class EmbedNoBias(_Given):
+    """Projects with x @ patch_embed.weight.T and forgets the bias."""
+
+    def forward(self, images):
+        x = patchify_right(images, self.patch_size) @ self.patch_embed.weight.T
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        return torch.cat([cls, x], dim=1) + self.pos_embed
+
+
+class EmbedZeroCls(_Given):
+    """Reads "[CLS] has no content of its own" literally: a zero vector in front, not cls_token."""
+
+    def forward(self, images):
+        x = self.patch_embed(patchify_right(images, self.patch_size))
+        cls = torch.zeros(x.shape[0], 1, x.shape[-1], dtype=x.dtype, device=x.device)
+        return torch.cat([cls, x], dim=1) + self.pos_embed
+
+
 # ---------------------------------------------------------------- cls_attention_map
 
 
@@ -206,6 +234,12 @@ def map_keeps_cls_entry(weights, grid):
     return weights[:, :, 0, :n].mean(1).reshape(weights.shape[0], rows, cols)
 
 
+def map_squeeze(weights, grid):
+    """Means over the heads with keepdim, then .squeeze(): a batch of one loses its axis."""
+    m = weights[:, :, 0:1, 1:].mean(1, keepdim=True).squeeze()
+    return m.reshape(-1, *grid).squeeze()
+
+
 WRONG = {
     "patchify": [
         patchify_no_check,
@@ -213,12 +247,15 @@ WRONG = {
         patchify_assert,
         patchify_tensor_unfold_no_permute,
         patchify_view_after_permute,
+        patchify_vague_error,
     ],
     "ViTEmbedding": [
         EmbedPosPatchesOnly,
         EmbedNoExpand,
         EmbedScaledBySqrtD,
         EmbedClsData,
+        EmbedNoBias,
+        EmbedZeroCls,
     ],
     "cls_attention_map": [
         map_mean_over_batch,
@@ -226,6 +263,7 @@ WRONG = {
         map_renormalised,
         map_max_heads,
         map_keeps_cls_entry,
+        map_squeeze,
     ],
 }
 

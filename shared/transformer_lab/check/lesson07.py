@@ -106,31 +106,47 @@ class _DecoderWiring(_ed.DecoderBlock):
     """The block with one sub-layer wired wrongly (a switch of a subclass below)."""
 
     cross_first = memory_normed = masks_swapped = cross_reads_input = False
+    residual_from_input = no_ffn_residual = norms_2_3_swapped = own_causal = False
+    norms_by_position = ffn_post_norm = False
 
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         if self.masks_swapped:
             self_mask, memory_mask = memory_mask, self_mask
-        pre = self.norm_first
-        mem = self.norm2(memory) if self.memory_normed and pre else memory
+        if self.own_causal:
+            self_mask = causal_mask(x.shape[1], device=x.device)
+        pre, x0 = self.norm_first, x
+        norm_self, norm_cross, norm_ffn = self.norm1, self.norm2, self.norm3
+        if self.norms_2_3_swapped:
+            norm_cross, norm_ffn = norm_ffn, norm_cross
+        if self.norms_by_position:  # norm1 on whichever sub-layer runs first
+            norm_self, norm_cross = norm_cross, norm_self
+        mem = norm_cross(memory) if self.memory_normed and pre else memory
+
+        def add(h, out):  # the residual sum (onto the block's input x when so wired)
+            return (x0 if self.residual_from_input else h) + out
 
         def self_layer(h):
             return (
-                h + self.self_attn(self.norm1(h), mask=self_mask)
+                add(h, self.self_attn(norm_self(h), mask=self_mask))
                 if pre
-                else self.norm1(h + self.self_attn(h, mask=self_mask))
+                else norm_self(add(h, self.self_attn(h, mask=self_mask)))
             )
 
         def cross_layer(h, queries):
             if pre:
-                return h + self.cross_attn(self.norm2(queries), context=mem, mask=memory_mask)
-            return self.norm2(h + self.cross_attn(queries, context=mem, mask=memory_mask))
+                return add(h, self.cross_attn(norm_cross(queries), context=mem, mask=memory_mask))
+            return norm_cross(add(h, self.cross_attn(queries, context=mem, mask=memory_mask)))
 
         if self.cross_first:
             x = self_layer(cross_layer(x, x))
         else:
             h = self_layer(x)
             x = cross_layer(h, x if self.cross_reads_input else h)
-        return x + self.ffn(self.norm3(x)) if pre else self.norm3(x + self.ffn(x))
+        if self.ffn_post_norm:
+            return norm_ffn(add(x, self.ffn(x)))
+        if self.no_ffn_residual:
+            return self.ffn(norm_ffn(x)) if pre else norm_ffn(self.ffn(x))
+        return add(x, self.ffn(norm_ffn(x))) if pre else norm_ffn(add(x, self.ffn(x)))
 
 
 class _DecoderCrossFirst(_DecoderWiring):
@@ -149,8 +165,34 @@ class _DecoderCrossReadsInput(_DecoderWiring):
     cross_reads_input = True
 
 
+class _DecoderResidualFromInput(_DecoderWiring):
+    residual_from_input = True
+
+
+class _DecoderNoFFNResidual(_DecoderWiring):
+    no_ffn_residual = True
+
+
+class _DecoderNorms23Swapped(_DecoderWiring):
+    norms_2_3_swapped = True
+
+
+class _DecoderOwnCausal(_DecoderWiring):
+    own_causal = True
+
+
+class _DecoderCrossFirstNormsByPosition(_DecoderWiring):
+    cross_first = norms_by_position = True
+
+
+class _DecoderFFNPostNorm(_DecoderWiring):
+    ffn_post_norm = True
+
+
 def _decoder_cases(thorough: bool) -> list[Case]:
-    def case(B, L_t, L_s, d_model, n_heads, d_ff, norm_first=False, causal=True, pad=True):
+    def case(
+        B, L_t, L_s, d_model, n_heads, d_ff, norm_first=False, causal=True, pad=True, tgt_pad=0
+    ):
         def make(g):
             inputs = {
                 "x": torch.randn(B, L_t, d_model, generator=g, dtype=torch.float64),
@@ -158,6 +200,10 @@ def _decoder_cases(thorough: bool) -> list[Case]:
             }
             if causal:
                 inputs["self_mask"] = causal_mask(L_t)
+            if tgt_pad:  # the target padding too, as Transformer.decode builds it
+                keep = torch.ones(B, L_t, dtype=torch.bool)
+                keep[0, L_t - tgt_pad :] = False
+                inputs["self_mask"] = causal_mask(L_t) & keep[:, None, None, :]
             if pad:
                 # each source keeps its first position; later ones are padding at random
                 keep = torch.rand(B, L_s, generator=g) < 0.6
@@ -169,13 +215,19 @@ def _decoder_cases(thorough: bool) -> list[Case]:
         label = (
             f"DecoderBlock({d_model}, {n_heads}, {d_ff}, norm_first={norm_first}) on "
             f"x {(B, L_t, d_model)}, memory {(B, L_s, d_model)}"
-            + (", causal self_mask" if causal else "")
+            + (", causal self_mask" if causal and not tgt_pad else "")
+            + (f", causal & target padding self_mask {(B, 1, L_t, L_t)}" if tgt_pad else "")
             + (f", memory_mask {(B, 1, 1, L_s)}" if pad else "")
         )
         return Case(label, make, init)
 
     # The first case has L_t == L_s so that swapped roles still run (and can be named).
-    cases = [case(2, 5, 5, 8, 2, 16), case(2, 4, 6, 8, 2, 16, norm_first=True)]
+    # The third has a self_mask that is more than causal: the first target ends in padding.
+    cases = [
+        case(2, 5, 5, 8, 2, 16),
+        case(2, 4, 6, 8, 2, 16, norm_first=True),
+        case(2, 5, 5, 8, 2, 16, norm_first=True, tgt_pad=2),
+    ]
     if thorough:
         cases += [
             case(1, 1, 1, 4, 1, 8),
@@ -274,6 +326,43 @@ DecoderBlock = Exercise(
             "the self-attention sub-layer's result, the sub-layers run one after the other.",
             _DecoderCrossReadsInput,
         ),
+        Mistake(
+            "residual-from-input",
+            "every residual adds the block's input x: each sub-layer's sum adds its own input, "
+            "the running x that the previous sub-layer returned.",
+            _DecoderResidualFromInput,
+        ),
+        Mistake(
+            "no-ffn-residual",
+            "the residual connection around the feed-forward layer is missing: add its output "
+            "to x (pre-norm: x + ffn(norm3(x)); post-norm: norm3(x + ffn(x))).",
+            _DecoderNoFFNResidual,
+        ),
+        Mistake(
+            "norms-2-3-swapped",
+            "norm2 and norm3 are swapped: norm2 goes with the cross-attention and norm3 with the "
+            "feed-forward layer.",
+            _DecoderNorms23Swapped,
+        ),
+        Mistake(
+            "own-causal-mask",
+            "the self-attention builds its own causal mask and ignores self_mask: pass self_mask "
+            "on, self.self_attn(..., mask=self_mask); it may hold the target's padding too.",
+            _DecoderOwnCausal,
+        ),
+        Mistake(
+            "cross-first-norm1",
+            "cross-attention (with norm1) runs before the masked self-attention: the decoder "
+            "first attends to its own prefix with norm1, then to the memory with norm2, then "
+            "the FFN with norm3.",
+            _DecoderCrossFirstNormsByPosition,
+        ),
+        Mistake(
+            "pre-norm-ffn-post-norm",
+            "the pre-norm block ends post-norm, norm3(x + ffn(x)): with norm_first=True every "
+            "sub-layer is x + f(norm(x)), so the FFN's is x + ffn(norm3(x)).",
+            _DecoderFFNPostNorm,
+        ),
     ],
     driver=ModuleDriver(_decoder_cases, outputs=("output",)),
     doc="DecoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False), "
@@ -354,6 +443,30 @@ def _greedy_pad_not_stop(model, src, bos_id, eos_id, max_len):
     return ys
 
 
+@torch.no_grad()
+def _greedy_slip(
+    model, src, bos_id, eos_id, max_len, *, after_eos="pad", eos_padded=False, src_mask=True
+):
+    """The right loop with one slip: `after_eos` "eos" appends eos_id (not PAD) to a finished
+    sequence; `eos_padded` marks a sequence done before appending, so its EOS itself becomes PAD;
+    `src_mask` False decodes without the source mask (padded source positions are attended)."""
+    memory, mask = model.encode(src)
+    mask = mask if src_mask else None
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    fill = eos_id if after_eos == "eos" else model.pad_id
+    for _ in range(max_len):
+        nxt = model.decode(ys, memory, mask)[:, -1].argmax(-1)
+        if eos_padded:
+            done = done | (nxt == eos_id)
+        nxt = torch.where(done, torch.full_like(nxt, fill), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done = done | (nxt == eos_id)
+        if done.all():
+            break
+    return ys
+
+
 def _random_model(vocab: int, d_model: int, n_layers: int, norm_first: bool, seed: int):
     """A small Transformer whose weights come from the check's own generator (not the global one)."""
     with torch.random.fork_rng(devices=[]):
@@ -395,10 +508,13 @@ def _greedy_grid(thorough: bool) -> list[dict]:
             (5, 2, 5, 5, 8, 1, False),
             (7, 7, 9, 9, 16, 1, True),
         ]
-    return [
+    specs = [
         dict(B=b, L_s=ls, max_len=m, vocab=v, d_model=d, n_layers=n, norm_first=nf, seed=4000 + i)
         for i, (b, ls, m, v, d, n, nf) in enumerate(grid)
     ]
+    # padded sources (every other one ends in PAD): the decoder must be given the source mask
+    padded = dict(B=6, L_s=6, max_len=5, vocab=8, d_model=16, n_layers=1, norm_first=False)
+    return specs + [dict(padded, pad=3, seed=4106)]
 
 
 def _pick_eos(model, src, bos_id: int, max_len: int) -> int:
@@ -422,8 +538,10 @@ def _greedy_inputs(spec: dict, device) -> tuple:
         spec["vocab"], spec["d_model"], spec["n_layers"], spec["norm_first"], spec["seed"]
     ).to(device)
     g = torch.Generator().manual_seed(spec["seed"] + 1)
-    src = torch.randint(3, spec["vocab"], (spec["B"], spec["L_s"]), generator=g).to(device)
-    return model, src
+    src = torch.randint(3, spec["vocab"], (spec["B"], spec["L_s"]), generator=g)
+    if spec.get("pad"):
+        src[1::2, -spec["pad"] :] = model.pad_id
+    return model, src.to(device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -442,6 +560,8 @@ def _greedy_trial(impl, spec: dict, device: torch.device, call) -> Finding | Non
     eos_id = _greedy_eos(tuple(sorted(spec.items())), str(device))
     expected = _ed.greedy_decode(model, src, bos_id, eos_id, max_len)
     text = f"greedy_decode(model, src {tuple(src.shape)}, bos_id=1, eos_id={eos_id}, max_len={max_len})"
+    if spec.get("pad"):
+        text += f" (src rows 1, 3, ... end in {spec['pad']} PAD)"
     label = (
         f"{text} on a random Transformer (d_model={spec['d_model']}, "
         f"{spec['n_layers']} layer(s), norm_first={spec['norm_first']}, {device.type})"
@@ -528,6 +648,25 @@ greedy_decode = Exercise(
             "never-stops-early",
             "the loop never stops early: break as soon as every sequence has emitted EOS.",
             _greedy_pad_not_stop,
+        ),
+        Mistake(
+            "eos-repeated",
+            "a finished sequence gets eos_id again at every step: after its EOS, append "
+            "model.pad_id.",
+            functools.partial(_greedy_slip, after_eos="eos"),
+        ),
+        Mistake(
+            "eos-padded",
+            "a sequence's EOS itself is replaced by PAD: append the token first, then mark the "
+            "sequence done if it was eos_id (only later tokens become PAD).",
+            functools.partial(_greedy_slip, eos_padded=True),
+        ),
+        Mistake(
+            "no-src-mask",
+            "the decoder is not given the source mask: pass the src_mask from "
+            "model.encode(src) on, model.decode(ys, memory, src_mask), or padded source "
+            "positions are attended.",
+            functools.partial(_greedy_slip, src_mask=False),
         ),
     ],
     driver=TrialDriver(_greedy_grid, _greedy_trial, matches=_equal, settings=devices),

@@ -97,6 +97,65 @@ def _log_of_softmax(logits, targets, eps=0.1, ignore_index=0):
     return loss[keep].mean()
 
 
+def _clamped_targets(logits, targets, eps=0.1, ignore_index=0):
+    """targets.clamp(min=0) before the mask: an ignore_index of -100 is scored as class 0."""
+    V = logits.shape[-1]
+    loss, keep = _per_position(
+        logits, targets.clamp(min=0), ignore_index, 1 - eps + eps / V, eps / V
+    )
+    return loss[keep].mean()
+
+
+def _true_class_without_share(logits, targets, eps=0.1, ignore_index=0):
+    """1 - eps on the true class, eps / V on each other one: the true class misses its eps / V."""
+    V = logits.shape[-1]
+    loss, keep = _per_position(logits, targets, ignore_index, 1 - eps, eps / V)
+    return loss[keep].mean()
+
+
+def _mean_per_sequence(logits, targets, eps=0.1, ignore_index=0):
+    """The mean over each sequence's positions, then the mean over the sequences."""
+    V = logits.shape[-1]
+    loss, keep = _per_position(logits, targets, ignore_index, 1 - eps + eps / V, eps / V)
+    loss = torch.where(keep, loss, torch.zeros_like(loss))
+    return (loss.sum(-1) / keep.sum(-1).clamp(min=1)).mean()
+
+
+def _pad_class_left_out(logits, targets, eps=0.1, ignore_index=0):
+    """The uniform part over the V - 1 classes other than ignore_index (when it is a class)."""
+    V = logits.shape[-1]
+    if not 0 <= ignore_index < V:
+        loss, keep = _per_position(logits, targets, ignore_index, 1 - eps + eps / V, eps / V)
+        return loss[keep].mean()
+    loss, keep = _per_position(logits, targets, ignore_index, 1 - eps, 0.0)
+    others = torch.ones(V, dtype=torch.bool, device=logits.device)
+    others[ignore_index] = False
+    loss = loss - eps * logits.log_softmax(-1)[..., others].sum(-1) / (V - 1)
+    return loss[keep].mean()
+
+
+def _log_of_mean_probability(logits, targets, eps=0.1, ignore_index=0):
+    """eps * (-log mean_k p_k): the log of the mean probability, always log V."""
+    V = logits.shape[-1]
+    loss, keep = _per_position(logits, targets, ignore_index, 1 - eps, 0.0)
+    return (loss + eps * torch.log(torch.tensor(float(V), dtype=loss.dtype)))[keep].mean()
+
+
+def _hard_coded_pad(logits, targets, eps=0.1, ignore_index=0):
+    """Padding found as targets > 0 (PAD = 0 hard-coded), whatever ignore_index is."""
+    V = logits.shape[-1]
+    loss, _ = _per_position(logits, targets.clamp(min=0), -1, 1 - eps + eps / V, eps / V)
+    return loss[targets > 0].mean()
+
+
+def _smoothed_prediction(logits, targets, eps=0.1, ignore_index=0):
+    """-log((1 - eps) p_y + eps / V): the prediction smoothed, not the target."""
+    V = logits.shape[-1]
+    keep = targets != ignore_index
+    p_y = logits.softmax(-1).gather(-1, targets.masked_fill(~keep, 0)[..., None]).squeeze(-1)
+    return -torch.log((1 - eps) * p_y + eps / V)[keep].mean()
+
+
 # ==============================================================================================
 # Cases.
 
@@ -210,6 +269,49 @@ label_smoothed_loss = Exercise(
             "log(softmax(logits)) underflows: a probability too small for the dtype becomes 0 "
             "and its log -inf. Use logits.log_softmax(-1), which computes it stably.",
             _log_of_softmax,
+        ),
+        Mistake(
+            "clamped-targets",
+            "positions whose target is ignore_index are scored as class 0 (the targets were "
+            "clamped before the mask was taken): take keep = targets != ignore_index from the "
+            "targets as given.",
+            _clamped_targets,
+        ),
+        Mistake(
+            "true-class-without-share",
+            "the true class gets 1 - eps and every other class eps/V (q sums to less than 1): "
+            "the true class gets its eps/V too, 1 - eps + eps/V.",
+            _true_class_without_share,
+        ),
+        Mistake(
+            "mean-per-sequence",
+            "the loss is averaged per sequence, then over the sequences: take one mean over all "
+            "the positions not ignored, so that each of them weighs the same.",
+            _mean_per_sequence,
+        ),
+        Mistake(
+            "pad-class-left-out",
+            "the ignore_index class is left out of the uniform part (eps/(V - 1) on the other "
+            "classes): eps/V goes to every one of the V classes, the PAD class included.",
+            _pad_class_left_out,
+        ),
+        Mistake(
+            "log-of-mean-probability",
+            "the uniform part is -log of the mean probability, which is always log V: it is the "
+            "mean of -log p_k over the classes, -log_softmax(logits).mean(-1).",
+            _log_of_mean_probability,
+        ),
+        Mistake(
+            "hard-coded-pad",
+            "padding is found with a hard-coded PAD id (targets > 0 or targets != 0): keep the "
+            "positions where targets != ignore_index, whatever integer it is.",
+            _hard_coded_pad,
+        ),
+        Mistake(
+            "smoothed-prediction",
+            "the prediction is smoothed, -log((1 - eps)·p_y + eps/V): smooth the target instead, "
+            "(1 - eps)·(-log p_y) + eps times the mean of -log p_k over the classes.",
+            _smoothed_prediction,
         ),
     ],
     driver=FunctionDriver(_smoothing_cases, outputs=("loss",)),

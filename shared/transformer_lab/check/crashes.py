@@ -20,6 +20,7 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
 - -100 (ignore_index) used as an index; a size-1 token concatenated to a batch without
   expanding it; ``torch.arange(start, length)`` (read from the student's line and integers);
   ``torch.randint`` on an empty range;
+- a mask passed positionally into MultiHeadAttention's `context` (its second parameter);
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -85,6 +86,8 @@ _EMPTY_DRAW = re.compile(
     r"random_ expects 'from' to be less than 'to', but got from=(-?\d+) >= to="
 )
 _DOT_T = re.compile(r"\b([A-Za-z_]\w*)\.T\b")
+_CONTEXT_SHAPE = re.compile(r"context must have shape \(B, L_k, d_model\)")
+_MASK_POSITIONAL = re.compile(r",\s*\w*mask\w*\s*\)")
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
 
 
@@ -188,6 +191,14 @@ def name(err: BaseException) -> Named | None:
         )
         if named:
             return named
+    if isinstance(err, ValueError) and _CONTEXT_SHAPE.search(text):
+        line = _student_line(err)[1]
+        if _MASK_POSITIONAL.search(line) and "mask=" not in line:
+            return (
+                "crash-mask-as-context",
+                "the mask is passed positionally, so it lands in MultiHeadAttention's second "
+                "parameter, context: pass it by name, self_attn(h, mask=mask)",
+            )
     found = _UNPACK.search(text)
     if isinstance(err, ValueError) and found and _on_a_shape(err):
         return (

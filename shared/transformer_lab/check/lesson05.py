@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from .. import add_norm as _add_norm
 from .drivers import CustomDriver, ModuleDriver
@@ -93,6 +94,65 @@ class _LayerNormRandomInit(_add_norm.LayerNorm):
         return self.weight * _normalise(x, -1, eps=self.eps) + self.bias
 
 
+class _LayerNormZeroInit(_LayerNormRandomInit):
+    """γ and β both initialised with zeros (β's line copied): a fresh layer outputs 0."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        with torch.no_grad():
+            self.weight.zero_()
+            self.bias.zero_()
+
+
+class _LayerNormAnnotated(_add_norm.LayerNorm):
+    """The Annotated Transformer's (x - mean) / (x.std(-1) + eps): unbiased std, ε outside."""
+
+    def forward(self, x):
+        return (
+            self.weight * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps)
+            + self.bias
+        )
+
+
+class _LayerNormPrecedence(_add_norm.LayerNorm):
+    """x - mean / sqrt(var + eps): the parentheses around x - mean left out."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - mean / torch.sqrt(var + self.eps)) + self.bias
+
+
+class _LayerNormEpsFixed(_add_norm.LayerNorm):
+    """The eps argument ignored: the default 1e-5 always."""
+
+    fixed = 1e-5
+
+    def forward(self, x):
+        return self.weight * _normalise(x, -1, eps=self.fixed) + self.bias
+
+
+class _LayerNormEpsSmaller(_LayerNormEpsFixed):
+    """The eps argument ignored: a hard-coded 1e-6."""
+
+    fixed = 1e-6
+
+
+class _LayerNormNaiveVariance(_add_norm.LayerNorm):
+    """var = E[x²] - E[x]²: it cancels in float32 when the mean is large."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True) - mean * mean
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+_ZERO_INIT = Mistake(
+    "zero-init",
+    "γ starts at zeros, so a fresh LayerNorm outputs 0 whatever its input: γ = "
+    "torch.ones(d_model) (only β starts at zeros).",
+    _LayerNormZeroInit,
+)
 _RANDOM_INIT = Mistake(
     "random-init",
     "γ and β start at random values: a fresh LayerNorm must be the identity normalisation, "
@@ -113,7 +173,7 @@ def _check_layer_norm(ex: Exercise, student_cls, thorough: bool):
             f"a fresh LayerNorm(6) starts with weight {weight.detach().flatten().tolist()[:3]}... "
             f"and bias {bias.detach().flatten().tolist()[:3]}..., expected ones and zeros",
             "LayerNorm(6), as constructed",
-            _RANDOM_INIT,
+            _ZERO_INIT if torch.all(weight == 0) else _RANDOM_INIT,
         )
     return n + 1, "outputs and gradients on every case; γ = 1 and β = 0 at the start"
 
@@ -188,6 +248,7 @@ LayerNorm = Exercise(
             _LayerNormSequenceAxis,
         ),
         _RANDOM_INIT,
+        _ZERO_INIT,
         Mistake(
             "no-affine",
             "γ and β are not applied: multiply by self.weight and add self.bias after normalising.",
@@ -224,6 +285,38 @@ LayerNorm = Exercise(
             "LayerNorm normalises each position's d_model features on their own, over dim=-1 "
             "only.",
             _LayerNormTwoAxes,
+        ),
+        Mistake(
+            "std-plus-eps",
+            "the denominator is x.std(-1) + eps (the Annotated Transformer's form): that std is "
+            "the unbiased one and ε sits outside the root; divide by sqrt(x.var(-1, "
+            "unbiased=False) + eps).",
+            _LayerNormAnnotated,
+        ),
+        Mistake(
+            "precedence",
+            "x - mean / sqrt(var + eps) divides only the mean (/ binds tighter than -): write "
+            "(x - mean) / sqrt(var + eps).",
+            _LayerNormPrecedence,
+        ),
+        Mistake(
+            "eps-ignored",
+            "the eps argument is ignored (the default 1e-5 is used whatever it is): keep "
+            "self.eps = eps in __init__ and add self.eps inside the square root.",
+            _LayerNormEpsFixed,
+        ),
+        Mistake(
+            "eps-hard-coded",
+            "ε is a hard-coded 1e-6, not the eps argument (default 1e-5): store self.eps = eps "
+            "and use it.",
+            _LayerNormEpsSmaller,
+        ),
+        Mistake(
+            "naive-variance",
+            "the variance is E[x²] - E[x]², which cancels (loses its digits) when the mean is "
+            "large next to the spread: take the mean of (x - mean)², or x.var(-1, "
+            "unbiased=False).",
+            _LayerNormNaiveVariance,
         ),
     ],
     driver=CustomDriver(_check_layer_norm),
@@ -265,6 +358,57 @@ class _FFNReluFirst(_add_norm.FeedForward):
 class _FFNResidual(_add_norm.FeedForward):
     def forward(self, x):
         return x + self.w_2(torch.relu(self.w_1(x)))
+
+
+class _FFNLeakyRelu(_add_norm.FeedForward):
+    def forward(self, x):
+        return self.w_2(F.leaky_relu(self.w_1(x)))
+
+
+class _FFNTanh(_add_norm.FeedForward):
+    def forward(self, x):
+        return self.w_2(torch.tanh(self.w_1(x)))
+
+
+class _FFNDropout(_add_norm.FeedForward):
+    """A hard-coded nn.Dropout(0.1) after the ReLU (the reference applies self.dropout there)."""
+
+    def __init__(self, d_model, d_ff):
+        super().__init__(d_model, d_ff, dropout=0.1)
+
+
+_FFN_DROPOUT = Mistake(
+    "dropout",
+    "FeedForward applies dropout, so in training mode (a module's default) its output is random: "
+    "FFN(x) = w_2(relu(w_1(x))) has none; the encoder block's own dropout argument is where "
+    "dropout goes.",
+    _FFNDropout,
+)
+
+
+def _same_in_training_mode(ex: Exercise, student_cls, case: Case, mistake: Mistake) -> None:
+    """Fail naming `mistake` unless the module, built from `case`, computes the same in training
+    mode as in eval mode (the check compares in eval mode; the exercise states one function)."""
+    inputs = case.make(torch.Generator().manual_seed(2000))
+    module = ex.run_student(student_cls, lambda: student_cls(**case.init)).double()
+
+    def outputs(training):
+        module.train(training)
+        with torch.no_grad():
+            return ex.run_student(student_cls, lambda: module(**inputs))
+
+    if not torch.equal(outputs(True), outputs(False)):
+        fail(
+            ex, "your module's output in training mode differs from eval mode", case.label, mistake
+        )
+
+
+def _check_ffn(ex: Exercise, student_cls, thorough: bool):
+    """Outputs and gradients (eval mode), then the same output in training mode: no dropout."""
+    driver = ModuleDriver(_ffn_cases, outputs=("output",))
+    n = driver.run(ex, student_cls, thorough)
+    _same_in_training_mode(ex, student_cls, _ffn_cases(False)[1], _FFN_DROPOUT)
+    return n + 1, f"{driver.covered(thorough)}; the same output in training mode"
 
 
 def _ffn_cases(thorough: bool) -> list[Case]:
@@ -339,8 +483,20 @@ FeedForward = Exercise(
             "block, not to FeedForward.",
             _FFNResidual,
         ),
+        Mistake(
+            "leaky-relu",
+            "the activation is leaky_relu: this exercise's FeedForward uses ReLU, torch.relu "
+            "(negative values become 0).",
+            _FFNLeakyRelu,
+        ),
+        Mistake(
+            "tanh",
+            "the activation is tanh: this exercise's FeedForward uses ReLU, torch.relu.",
+            _FFNTanh,
+        ),
+        _FFN_DROPOUT,
     ],
-    driver=ModuleDriver(_ffn_cases, outputs=("output",)),
+    driver=CustomDriver(_check_ffn),
     doc="a FeedForward class: FeedForward(d_model, d_ff) with w_1, w_2; forward(x)",
 )
 
@@ -440,6 +596,73 @@ class _BlockFinalNorm(_add_norm.EncoderBlock):
     def forward(self, x, mask=None):
         out = super().forward(x, mask=mask)
         return self.norm2(out) if self.norm_first else out
+
+
+class _BlockAttentionResidualShadowed(_add_norm.EncoderBlock):
+    """Post-norm with x overwritten by the attention output a: norm1(a + a)."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            return super().forward(x, mask=mask)
+        a = self.self_attn(x, mask=mask)
+        x = self.norm1(a + a)
+        return self.norm2(x + self.ffn(x))
+
+
+class _BlockNoAttentionResidual(_add_norm.EncoderBlock):
+    """No residual around the attention sub-layer."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = self.self_attn(self.norm1(x), mask=mask)
+            return x + self.ffn(self.norm2(x))
+        x = self.norm1(self.self_attn(x, mask=mask))
+        return self.norm2(x + self.ffn(x))
+
+
+class _BlockPreNormFFNPostNorm(_add_norm.EncoderBlock):
+    """norm_first=True: pre-norm around the attention, post-norm around the FFN."""
+
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask=mask)
+        x = x + self.self_attn(self.norm1(x), mask=mask)
+        return self.norm2(x + self.ffn(x))
+
+
+class _BlockTorchLayerNorm(_add_norm.EncoderBlock):
+    """norm1 and norm2 built as torch's nn.LayerNorm instead of the student's own LayerNorm."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first, norm=nn.LayerNorm)
+
+
+_TORCH_LAYER_NORM = Mistake(
+    "torch-layer-norm",
+    "norm1 and norm2 are torch's nn.LayerNorm: build them from your own LayerNorm class of "
+    "exercise 1, LayerNorm(d_model), as the exercise asks.",
+    _BlockTorchLayerNorm,
+)
+
+
+def _check_block(ex: Exercise, student_cls, thorough: bool):
+    """Outputs and gradients, then the parts the text names: norm1 and norm2 are not torch's."""
+    driver = ModuleDriver(_block_cases, outputs=("output",))
+    n = driver.run(ex, student_cls, thorough)
+    case = _block_cases(False)[0]
+    block = ex.run_student(student_cls, lambda: student_cls(**case.init))
+    torch_norms = [
+        k for k in ("norm1", "norm2") if isinstance(getattr(block, k, None), nn.LayerNorm)
+    ]
+    if torch_norms:
+        fail(
+            ex,
+            f"{' and '.join(torch_norms)} {'is' if len(torch_norms) == 1 else 'are'} "
+            "torch.nn.LayerNorm, not your LayerNorm",
+            case.label,
+            _TORCH_LAYER_NORM,
+        )
+    return n + 1, f"{driver.covered(thorough)}; norm1 and norm2 are your LayerNorm"
 
 
 def _block_cases(thorough: bool) -> list[Case]:
@@ -547,8 +770,27 @@ EncoderBlock = Exercise(
             "residual sum x + ffn(norm2(x)); the one final norm belongs to the whole stack.",
             _BlockFinalNorm,
         ),
+        Mistake(
+            "attention-residual-shadowed",
+            "x is overwritten by the attention's output, so post-norm adds it to itself, "
+            "norm1(a + a): keep the block's input, x = norm1(x + self_attn(x)).",
+            _BlockAttentionResidualShadowed,
+        ),
+        Mistake(
+            "no-attention-residual",
+            "the residual connection around the attention is missing: add the sub-layer's "
+            "input back, x + self_attn(...).",
+            _BlockNoAttentionResidual,
+        ),
+        Mistake(
+            "pre-norm-ffn-post-norm",
+            "with norm_first=True the FFN sub-layer is post-norm, norm2(x + ffn(x)): in "
+            "pre-norm both sub-layers are x + sublayer(norm(x)), so x + ffn(norm2(x)).",
+            _BlockPreNormFFNPostNorm,
+        ),
+        _TORCH_LAYER_NORM,
     ],
-    driver=ModuleDriver(_block_cases, outputs=("output",)),
+    driver=CustomDriver(_check_block),
     doc="EncoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False); forward(x, mask)",
     uses=("LayerNorm", "FeedForward"),
 )

@@ -7,7 +7,8 @@ or shapes differ it cannot, and says which. Some differences have one cause:
 - a missing name is an attribute of the student's module holding a plain tensor: it was not
   wrapped in ``nn.Parameter``;
 - the unexpected names are those of PyTorch's ``nn.MultiheadAttention`` (``in_proj_weight``);
-- an ``nn.Linear`` weight of shape (in, out) where (out, in) belongs: its two sizes swapped.
+- an ``nn.Linear`` weight of shape (in, out) where (out, in) belongs: its two sizes swapped;
+- a feed-forward weight four times as wide as d_model where d_ff belongs: d_ff hard-coded.
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def name_parameter_shape(key: str, mine: tuple, reference: tuple) -> Named | Non
             f"nn.Linear(in_features, out_features) takes the input size first: `{layer}` should "
             f"be nn.Linear({reference[1]}, {reference[0]}), not nn.Linear({mine[1]}, {mine[0]})",
         )
+    if len(mine) == 2 and len(reference) == 2 and mine != reference and key.endswith("weight"):
+        out, inp = reference
+        if mine in ((4 * inp, inp), (out, 4 * out)):  # (d_ff, d_model) or (d_model, d_ff)
+            d_model, asked = (inp, out) if mine[1] == inp else (out, inp)
+            return (
+                "params-hard-coded-width",
+                f"the hidden width is {4 * d_model} = 4 × d_model, where the d_ff argument asks "
+                f"for {asked}: build the layers from the constructor's d_ff, not from 4·d_model",
+            )
     return None
 
 

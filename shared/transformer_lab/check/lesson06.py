@@ -8,7 +8,7 @@ import torch
 
 from .. import masking as _masking
 from .answers import unanswered
-from .drivers import Call, ExactDriver, exactly_equal
+from .drivers import Call, CustomDriver, ExactDriver, exactly_equal
 from .exercise import Exercise, Mistake, fail, practice
 
 __all__ = ["alpha_22", "causal_mask", "padding_mask"]
@@ -70,6 +70,10 @@ def _causal_additive(n):
     return torch.full((n, n), float("-inf")).triu(1)
 
 
+def _causal_next_key(n):
+    return torch.ones(n, n, dtype=torch.bool).tril(1)
+
+
 def _causal_cases(thorough: bool) -> list[Call]:
     # n = 1 last: there several mutants agree, so an earlier size names the mistake.
     sizes = [3, 5, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 0, 1]
@@ -118,6 +122,12 @@ causal_mask = Exercise(
             "mask, True = may attend.",
             _causal_additive,
         ),
+        Mistake(
+            "next-key-too",
+            "tril(diagonal=1) lets each query see the next key too, one step into the future: "
+            "use tril() with diagonal=0, so that position i sees keys 0..i.",
+            _causal_next_key,
+        ),
     ],
     driver=ExactDriver(_causal_cases, covered=_COVERED, equal=_identical, describe=_describe),
     doc="causal_mask(n) -> bool (n, n), True on and below the diagonal",
@@ -160,6 +170,37 @@ def _padding_zero_too(tokens, pad_id):
 
 def _padding_int(tokens, pad_id):
     return (tokens != pad_id).long()[:, None, None, :]
+
+
+def _padding_in_place(tokens, pad_id):
+    """The right mask, written into the caller's tokens first: tokens becomes 0/1."""
+    keep = tokens != pad_id
+    tokens.copy_(keep)
+    return keep[:, None, None, :]
+
+
+_IN_PLACE = Mistake(
+    "tokens-changed",
+    "the tokens you were given are changed in place: build the mask as a new tensor, "
+    "tokens != pad_id, and leave tokens as they were (the caller still needs them).",
+    _padding_in_place,
+)
+
+
+def _check_padding(ex: Exercise, student_fn, thorough: bool):
+    """Each case on a copy of its tokens first (the copy must come back unchanged), then the
+    masks compared exactly."""
+    driver = ExactDriver(_padding_cases, covered=_COVERED, equal=_identical, describe=_describe)
+    for call in driver.cases(thorough):
+        tokens = call.kwargs["tokens"]
+        kwargs = dict(call.kwargs, tokens=tokens.clone())
+        try:
+            ex.run_student(student_fn, lambda kw=kwargs: student_fn(**kw))
+        except Exception:  # the exact comparison below reports it
+            break
+        if not torch.equal(kwargs["tokens"], tokens):
+            fail(ex, "your function changed its input tokens in place", call.label, _IN_PLACE)
+    return driver.run(ex, student_fn, thorough), driver.covered(thorough)
 
 
 def _token_batch(
@@ -256,8 +297,9 @@ padding_mask = Exercise(
             ".int() / .float()).",
             _padding_int,
         ),
+        _IN_PLACE,
     ],
-    driver=ExactDriver(_padding_cases, covered=_COVERED, equal=_identical, describe=_describe),
+    driver=CustomDriver(_check_padding),
     doc="padding_mask(tokens (B, L), pad_id) -> bool (B, 1, 1, L), False at padding",
 )
 
@@ -316,6 +358,24 @@ _ALPHA_22_MISTAKES = [
             "mask-transposed",
             "the mask is transposed: position 2 keeps keys 2, 3, 4 (the future) instead of keys "
             "1 and 2 (itself and the past); causal_mask is True on and below the diagonal.",
+        ),
+    ),
+    (
+        # softmax down column 2 over the queries that may see key 2 (rows 2-4): e / (e + e + e^-1)
+        _E / (2 * _E + 1 / _E),
+        Mistake(
+            "softmax-down-column",
+            "that is a softmax down column 2 (over the queries that may see key 2): the softmax "
+            "runs along row 2, over the keys that query 2 may see, dim=-1.",
+        ),
+    ),
+    (
+        # the right weight, e / (e + e) = 1/2, written as a percentage
+        100 * _E / (2 * _E),
+        Mistake(
+            "percentage",
+            "that is the weight as a percentage: attention weights are fractions between 0 and 1 "
+            "that sum to 1 along a row, so give it as one (0.25, not 25).",
         ),
     ),
     (

@@ -20,7 +20,8 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
 - -100 (ignore_index) used as an index; a size-1 token concatenated to a batch without
   expanding it; ``torch.arange(start, length)`` (read from the student's line and integers);
   ``torch.randint`` on an empty range;
-- a mask passed positionally into MultiHeadAttention's `context` (its second parameter);
+- a mask passed positionally into MultiHeadAttention's `context` (its second parameter); a bool
+  mask used as an index where its shape only broadcasts;
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -88,6 +89,7 @@ _EMPTY_DRAW = re.compile(
 _DOT_T = re.compile(r"\b([A-Za-z_]\w*)\.T\b")
 _CONTEXT_SHAPE = re.compile(r"context must have shape \(B, L_k, d_model\)")
 _MASK_POSITIONAL = re.compile(r",\s*\w*mask\w*\s*\)")
+_BOOL_INDEX = re.compile(r"The shape of the mask \[[\d, ]*\] at index \d+ does not match")
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
 
 
@@ -191,6 +193,13 @@ def name(err: BaseException) -> Named | None:
         )
         if named:
             return named
+    if isinstance(err, IndexError) and _BOOL_INDEX.search(text):
+        return (
+            "crash-bool-index-shape",
+            "indexing with a bool mask (scores[~mask] = ...) needs the mask's full shape, but a "
+            "mask may broadcast (a (L_q, L_k) mask against a batch of scores): use "
+            "scores.masked_fill(~mask, float('-inf')), which broadcasts",
+        )
     if isinstance(err, ValueError) and _CONTEXT_SHAPE.search(text):
         line = _student_line(err)[1]
         if _MASK_POSITIONAL.search(line) and "mask=" not in line:

@@ -121,6 +121,14 @@ def _sdpa_finite_fill(q, k, v, mask=None):
     return w @ v, w
 
 
+def _sdpa_scores_as_weights(q, k, v, mask=None):
+    """The right output, but the (masked) scores before the softmax returned as the weights."""
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v, s
+
+
 def _sdpa_cases(thorough: bool) -> list[Case]:
     def case(batch, Lq, Lk, d_k, d_v, mask=None, scale=1.0, label=""):
         def make(g):
@@ -265,6 +273,12 @@ scaled_dot_product_attention = Exercise(
             "float('-inf') and give such rows zero weights (nan_to_num(0.0)).",
             _sdpa_finite_fill,
         ),
+        Mistake(
+            "scores-as-weights",
+            "the weights returned are the scores before the softmax: return softmax(scores), "
+            "whose rows sum to 1 (the same weights that multiply v).",
+            _sdpa_scores_as_weights,
+        ),
     ],
     driver=FunctionDriver(_sdpa_cases, outputs=("output", "weights")),
     doc="scaled_dot_product_attention(q, k, v, mask=None) -> (output, weights)",
@@ -321,6 +335,25 @@ class _SelfAttentionScaleDModel(_attention.SelfAttention):
             s = s.masked_fill(~mask, float("-inf"))
         self.last_weights = torch.softmax(s, -1).nan_to_num(0.0)
         return self.last_weights @ v
+
+
+class _SelfAttentionScaledTwice(_attention.SelfAttention):
+    """q divided by √d_k before the attention function, which divides again."""
+
+    def forward(self, x, mask=None):
+        q = self.w_q(x)
+        out, self.last_weights = _sdpa_plain(
+            q / math.sqrt(q.shape[-1]), self.w_k(x), self.w_v(x), mask
+        )
+        return out
+
+
+class _SelfAttentionValuesFromWk(_attention.SelfAttention):
+    def forward(self, x, mask=None):
+        k = self.w_k(x)
+        v = k if self.d_k == self.d_v else self.w_v(x)
+        out, self.last_weights = _sdpa_plain(self.w_q(x), k, v, mask)
+        return out
 
 
 # The stated rule "keep the weights in self.last_weights": outputs right, last_weights wrong.
@@ -545,6 +578,17 @@ SelfAttention = Exercise(
             "the scores are divided by √d_model, the width of x: the scale is √d_k, the width "
             "of the queries and keys (q.shape[-1]).",
             _SelfAttentionScaleDModel,
+        ),
+        Mistake(
+            "scaled-twice",
+            "the scores are divided by √d_k twice: scaled_dot_product_attention divides by √d_k "
+            "itself, so pass it the unscaled projections.",
+            _SelfAttentionScaledTwice,
+        ),
+        Mistake(
+            "values-from-w_k",
+            "the values are computed with w_k: V = X W^V uses self.w_v.",
+            _SelfAttentionValuesFromWk,
         ),
         Mistake(
             "no-last-weights",

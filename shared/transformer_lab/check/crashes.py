@@ -21,7 +21,7 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
   expanding it; ``torch.arange(start, length)`` (read from the student's line and integers);
   ``torch.randint`` on an empty range;
 - a mask passed positionally into MultiHeadAttention's `context` (its second parameter); a bool
-  mask used as an index where its shape only broadcasts;
+  mask used as an index where its shape only broadcasts; `context or x` on a tensor;
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -90,6 +90,9 @@ _DOT_T = re.compile(r"\b([A-Za-z_]\w*)\.T\b")
 _CONTEXT_SHAPE = re.compile(r"context must have shape \(B, L_k, d_model\)")
 _MASK_POSITIONAL = re.compile(r",\s*\w*mask\w*\s*\)")
 _BOOL_INDEX = re.compile(r"The shape of the mask \[[\d, ]*\] at index \d+ does not match")
+_TRUTH_VALUE = re.compile(
+    r"Boolean value of Tensor with more than one (value|element) is ambiguous"
+)
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
 
 
@@ -193,6 +196,14 @@ def name(err: BaseException) -> Named | None:
         )
         if named:
             return named
+    if isinstance(err, RuntimeError) and _TRUTH_VALUE.search(text):
+        line = _student_line(err)[1]
+        if re.search(r"\bor\b", line) and "is None" not in line:
+            return (
+                "crash-tensor-or",
+                "`a or b` asks a tensor for one truth value, which a tensor of several entries "
+                "does not have: test for None, `context = x if context is None else context`",
+            )
     if isinstance(err, IndexError) and _BOOL_INDEX.search(text):
         return (
             "crash-bool-index-shape",

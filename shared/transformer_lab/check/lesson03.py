@@ -146,6 +146,31 @@ def _merge_mean(x):
     return x.mean(1)
 
 
+def _merge_cat_positions(x):
+    """The heads concatenated along the positions: (B, h·L, d_k)."""
+    return torch.cat(x.unbind(1), dim=1)
+
+
+def _merge_flatten_from_1(x):
+    """flatten(1) after the transpose: positions and features flattened together, (B, L·h·d_k)."""
+    return x.transpose(1, 2).flatten(1)
+
+
+def _merge_last_two_transposed(x):
+    """transpose(2, 3), the last two axes, where the head and position axes belong."""
+    B, h, L, d_k = x.shape
+    return x.transpose(2, 3).reshape(B, L, h * d_k)
+
+
+def _merge_sum(x):
+    return x.sum(1)
+
+
+def _merge_length_from_dim1(x):
+    """L read as x.shape[1], which is h: reshape(B, h, -1)."""
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+
+
 def _merge_cases(thorough: bool) -> list[Case]:
     def case(B, h, L, d_k):
         def make(g):
@@ -193,6 +218,35 @@ merge_heads = Exercise(
             "mean",
             "the heads are averaged; concatenate them instead (the output has h·d_k features).",
             _merge_mean,
+        ),
+        Mistake(
+            "cat-positions",
+            "the heads are concatenated along the positions (dim 1 after unbind), giving "
+            "(B, h·L, d_k): concatenate along the features, torch.cat(x.unbind(1), dim=-1).",
+            _merge_cat_positions,
+        ),
+        Mistake(
+            "flatten-from-1",
+            "flatten(1) flattens the positions and the features together: flatten(2) (or "
+            "reshape(B, L, h·d_k)) keeps the positions.",
+            _merge_flatten_from_1,
+        ),
+        Mistake(
+            "last-two-transposed",
+            "the last two axes (positions and features) are transposed: swap the head and "
+            "position axes, transpose(1, 2), then reshape to (B, L, h·d_k).",
+            _merge_last_two_transposed,
+        ),
+        Mistake(
+            "sum",
+            "the heads are summed; concatenate them instead (the output has h·d_k features).",
+            _merge_sum,
+        ),
+        Mistake(
+            "length-from-dim1",
+            "L is read as x.shape[1], which is h in (B, h, L, d_k): take B, h, L, d_k = x.shape "
+            "and reshape to (B, L, h * d_k).",
+            _merge_length_from_dim1,
         ),
     ],
     driver=FunctionDriver(_merge_cases, outputs=("output",)),
@@ -281,6 +335,38 @@ class _MHASplitByDk(_multihead.MultiHeadAttention):
         n = self.d_model // self.n_heads
         q, k, v = _split(self.w_q(x), n), _split(self.w_k(c), n), _split(self.w_v(c), n)
         return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
+class _MHAWiring(_multihead.MultiHeadAttention):
+    """The layer with one projection wired wrongly (a switch of a subclass below)."""
+
+    queries_from_context = roles_swapped = shared_projection = residual_inside = False
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        w_k, w_v = (self.w_q, self.w_q) if self.shared_projection else (self.w_k, self.w_v)
+        if self.roles_swapped:
+            x, c = c, x
+        q = _split(self.w_q(c if self.queries_from_context else x), h)
+        merged = _merge(_sdpa(q, _split(w_k(c), h), _split(w_v(c), h), mask))
+        return self.w_o(merged) + merged if self.residual_inside else self.w_o(merged)
+
+
+class _MHAQueriesFromContext(_MHAWiring):
+    queries_from_context = True
+
+
+class _MHARolesSwapped(_MHAWiring):
+    roles_swapped = True
+
+
+class _MHASharedProjection(_MHAWiring):
+    shared_projection = True
+
+
+class _MHAResidualInside(_MHAWiring):
+    residual_inside = True
 
 
 def _mha_cases(thorough: bool) -> list[Case]:
@@ -400,6 +486,30 @@ MultiHeadAttention = Exercise(
             "the projections are never split into heads: one big head of size d_model is not "
             "h heads of size d_k (use split_heads on Q, K and V).",
             _MHASingleHead,
+        ),
+        Mistake(
+            "queries-from-context",
+            "the queries are projected from context: they come from x, self.w_q(x); only the "
+            "keys and values come from context.",
+            _MHAQueriesFromContext,
+        ),
+        Mistake(
+            "roles-swapped",
+            "the roles are swapped: the queries come from x, self.w_q(x), and the keys and "
+            "values from context, self.w_k(context) and self.w_v(context).",
+            _MHARolesSwapped,
+        ),
+        Mistake(
+            "one-projection",
+            "w_q projects the queries, the keys and the values: the keys use self.w_k and the "
+            "values self.w_v.",
+            _MHASharedProjection,
+        ),
+        Mistake(
+            "residual-inside",
+            "the merged heads are added to W^O's output (a residual inside the layer): return "
+            "self.w_o(merged) alone; the residual belongs to the block.",
+            _MHAResidualInside,
         ),
     ],
     driver=ModuleDriver(_mha_cases, outputs=("output",)),

@@ -42,6 +42,7 @@ def thinking_weights(
         "no-softmax": lambda: x / x.sum(),
         "swapped": lambda: torch.softmax(x / math.sqrt(d_k), 0).flip(0),
         "uniform": lambda: torch.full((2,), 0.5, dtype=torch.float64),
+        "log-weights": lambda: torch.log_softmax(x / math.sqrt(d_k), 0),
     }
     w = ways[how]()
     return float(w[0]), float(w[1])
@@ -93,6 +94,11 @@ def _weight_mistakes() -> dict[str, Mistake]:
             "equal weights would need equal scores; the two dot products differ by "
             f"{DOTS[0] - DOTS[1]:g}, the scaled scores by {s1 - s2:g}.",
         ),
+        "log-weights": Mistake(
+            "log-weights",
+            "those are the log-weights (log_softmax): the weights are softmax(scores), "
+            "positive and summing to 1.",
+        ),
     }
 
 
@@ -125,7 +131,19 @@ def _as_pair(name: str, value) -> tuple[float, float]:
         or len(value) != 2
         or not all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in value)
     ):
-        fail(name, f'"weights" should be two numbers, the weights on v1 and v2, got {value!r}')
+        alone = isinstance(value, (int, float)) and not isinstance(value, bool)
+        first = alone and abs(value - thinking_weights()[0]) <= TOLERANCE
+        fail(
+            name,
+            f'"weights" should be two numbers, the weights on v1 and v2, got {value!r}',
+            mistake=Mistake(
+                "first-weight-only",
+                "that is the weight on v1 alone: give both weights, (weight on v1, weight on "
+                "v2), which sum to 1.",
+            )
+            if first
+            else None,
+        )
     return float(value[0]), float(value[1])
 
 

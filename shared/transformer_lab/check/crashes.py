@@ -21,7 +21,9 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
   expanding it; ``torch.arange(start, length)`` (read from the student's line and integers);
   ``torch.randint`` on an empty range;
 - a mask passed positionally into MultiHeadAttention's `context` (its second parameter); a bool
-  mask used as an index where its shape only broadcasts; `context or x` on a tensor;
+  mask used as an index where its shape only broadcasts; `context or x` on a tensor; one value
+  too many written into the odd columns [1::2] of an odd width; a ValueError of the student's own
+  whose guard compares with >= where the limit itself is allowed;
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -92,6 +94,9 @@ _MASK_POSITIONAL = re.compile(r",\s*\w*mask\w*\s*\)")
 _BOOL_INDEX = re.compile(r"The shape of the mask \[[\d, ]*\] at index \d+ does not match")
 _TRUTH_VALUE = re.compile(
     r"Boolean value of Tensor with more than one (value|element) is ambiguous"
+)
+_EXPANDED = re.compile(
+    r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)"
 )
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
 
@@ -196,6 +201,16 @@ def name(err: BaseException) -> Named | None:
         )
         if named:
             return named
+    found = _EXPANDED.search(text)
+    if isinstance(err, RuntimeError) and found and "1::2" in _student_line(err)[1]:
+        slots, values = (int(n) for n in found.groups())
+        if values == slots + 1:
+            return (
+                "crash-odd-columns",
+                f"the odd columns [1::2] are {slots}, one fewer than the {values} values written "
+                "into them: for an odd width, keep only as many as fit, e.g. "
+                "torch.cos(angles)[:, : d_model // 2]",
+            )
     if isinstance(err, RuntimeError) and _TRUTH_VALUE.search(text):
         line = _student_line(err)[1]
         if re.search(r"\bor\b", line) and "is None" not in line:
@@ -219,6 +234,10 @@ def name(err: BaseException) -> Named | None:
                 "the mask is passed positionally, so it lands in MultiHeadAttention's second "
                 "parameter, context: pass it by name, self_attn(h, mask=mask)",
             )
+    if isinstance(err, ValueError):
+        named = _bound_inclusive(*_student_line(err))
+        if named:
+            return named
     found = _UNPACK.search(text)
     if isinstance(err, ValueError) and found and _on_a_shape(err):
         return (
@@ -343,4 +362,25 @@ def _arange_length(frame, line: str) -> Named | None:
         f"torch.arange({a}, {b}) stops at {b} = {end}, below its start {a} = {start}: its second "
         f"argument is where to stop, not how many, so arange({a}, {a} + {b}) counts {b} values "
         f"from {a}",
+    )
+
+
+def _bound_inclusive(frame, line: str) -> Named | None:
+    """The student's own `raise ValueError` on an input that must pass, guarded by the `if` just
+    above it that compares with >=: the limit itself is refused (an exact fit)."""
+    if frame is None or not line.strip().startswith("raise"):
+        return None
+    try:
+        lines, first = inspect.getsourcelines(frame.f_code)
+    except (OSError, TypeError):
+        return None
+    above = [text.strip() for text in lines[: frame.f_lineno - first]]
+    guard = next((text for text in reversed(above) if text.startswith("if ")), "")
+    if ">=" not in guard:
+        return None
+    return (
+        "crash-bound-inclusive",
+        f"`{guard.rstrip(':')}` also refuses the value that exactly reaches the limit (a "
+        "sequence that fills the table to its last row): compare with > so that the limit "
+        "itself is allowed",
     )

@@ -431,6 +431,19 @@ def _rope_overwritten(x, positions=None):
     return out
 
 
+def _rope_exponent_doubled(x, positions=None):
+    """ω_k = 10000^(−2·(2k)/d): the step-2 arange multiplied by 2 once more."""
+    cos, sin = _rope_angles(x, positions, exponent_scale=2.0)
+    return _rotate_pairs(x, cos, sin)
+
+
+def _rope_sign_slip(x, positions=None):
+    """x_2k cos θ + x_2k+1 sin θ in the first row: not a rotation."""
+    cos, sin = _rope_angles(x, positions)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x_even * cos + x_odd * sin, x_even * sin + x_odd * cos), -1).flatten(-2)
+
+
 def _rotary_cases(thorough: bool) -> list[Case]:
     def case(shape, positions=None, scale=1.0):
         def make(g):
@@ -512,6 +525,18 @@ rotary_embedding = Exercise(
             "values of a pair must be computed from the old x_2k and x_2k+1 (keep a copy, or "
             "build the result with torch.stack).",
             _rope_overwritten,
+        ),
+        Mistake(
+            "exponent-doubled",
+            "the exponent is doubled, 10000^(−2·(2k)/d): arange(0, d, 2) already holds 2k, so "
+            "ω_k = 10000^(−arange(0, d, 2)/d).",
+            _rope_exponent_doubled,
+        ),
+        Mistake(
+            "sign-slip",
+            "the first row has + where − belongs: the pair becomes (x_2k cos θ − x_2k+1 sin θ, "
+            "x_2k sin θ + x_2k+1 cos θ), the rotation matrix [[cos, −sin], [sin, cos]].",
+            _rope_sign_slip,
         ),
     ],
     driver=FunctionDriver(_rotary_cases, outputs=("output",)),

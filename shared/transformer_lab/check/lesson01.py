@@ -124,6 +124,34 @@ class _RNNLastRow(_rnn.RNN):
         return out, out[-1]
 
 
+class _RNNTanhRecurrenceOnly(_rnn.RNN):
+    """A parenthesis misplaced the other way: tanh wraps the recurrent term only."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = self.w_xh(x[:, t]) + torch.tanh(self.w_hh(h))
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNLoopsOverBatch(_rnn.RNN):
+    """range(len(x)): the loop runs over the batch size, not the sequence length."""
+
+    def forward(self, x, h0=None):
+        out, h = super().forward(x[:, : len(x)], h0)
+        return out, h
+
+
+class _RNNFirstState(_rnn.RNN):
+    """h_L taken as outputs[:, 0], the state after the first step."""
+
+    def forward(self, x, h0=None):
+        out, _ = super().forward(x, h0)
+        return out, out[:, 0]
+
+
 def _rnn_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_in, d_h, h0=False):
         def make(g):
@@ -218,6 +246,24 @@ RNN = Exercise(
             "along axis 1, torch.stack(outputs, dim=1), for (B, L, d_hidden).",
             _RNNTimeFirst,
         ),
+        Mistake(
+            "tanh-recurrence-only",
+            "the tanh wraps the recurrent term only: x_t W_xhᵀ + tanh(h_{t-1} W_hhᵀ); both terms "
+            "and the bias go inside, h_t = tanh(x_t W_xhᵀ + h_{t-1} W_hhᵀ + b).",
+            _RNNTanhRecurrenceOnly,
+        ),
+        Mistake(
+            "loops-over-batch",
+            "the loop runs over range(len(x)), the batch size: x is (B, L, d_in), so loop over "
+            "range(x.shape[1]), the L steps.",
+            _RNNLoopsOverBatch,
+        ),
+        Mistake(
+            "h_L-first-step",
+            "h_L is outputs[:, 0], the state after the first step: the final state is the last "
+            "step's, outputs[:, -1] (or the h the loop ends with).",
+            _RNNFirstState,
+        ),
     ],
     driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),
     doc="an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)",
@@ -238,6 +284,12 @@ def _steps_plain(kind, n, kernel_size=3):
 def _steps_conv_ceil_n_over_k(kind, n, kernel_size=3):
     if kind == "conv":
         return max(1, math.ceil(n / kernel_size))
+    return _steps_plain(kind, n, kernel_size)
+
+
+def _steps_conv_n_over_k_minus_1(kind, n, kernel_size=3):
+    if kind == "conv":
+        return max(1, math.ceil(n / (kernel_size - 1)))
     return _steps_plain(kind, n, kernel_size)
 
 
@@ -331,6 +383,12 @@ sequential_steps = Exercise(
             _steps_conv_ceil_n_over_k,
         ),
         Mistake(
+            "conv-n-over-k-minus-1",
+            "ceil(n / (k-1)) counts one token too many: the first layer's window already covers "
+            "k tokens, so the stack needs ceil((n-1)/(k-1)) layers to span n.",
+            _steps_conv_n_over_k_minus_1,
+        ),
+        Mistake(
             "conv-log",
             "log_k(n) layers is for dilated convolutions; plain stacked ones need ceil((n-1)/(k-1)).",
             _steps_conv_log,
@@ -406,6 +464,16 @@ def _john_mistakes() -> dict[str, Mistake]:
             f"the question asks for the steps from 'John' to 'visiting', not the sentence's "
             f"{len(SENTENCE.split())} words.",
         ),
+        "clause-only": Mistake(
+            "clause-only",
+            f"the relative clause alone ('the' … 'Vienna,') is {steps - 2} words, but the state "
+            f"must also pass through 'is' and 'visiting': {steps} steps from 'John'.",
+        ),
+        "attention-zero-layers": Mistake(
+            "attention-zero-layers",
+            "'directly' still takes one layer: a single self-attention layer connects every pair "
+            "of words, so 1, whatever the distance (not 0).",
+        ),
         "attention-is-sequential": Mistake(
             "attention-is-sequential",
             "one self-attention layer connects every pair of words directly: 1 layer, whatever "
@@ -445,6 +513,7 @@ def practice_john(value, thorough: bool = False) -> None:
         right["rnn_steps"] + 1: "counted-both-ends",
         right["rnn_steps"] - 1: "words-between",
         len(SENTENCE.split()): "whole-sentence",
+        right["rnn_steps"] - 2: "clause-only",
     }
     if steps != right["rnn_steps"]:
         key = by_steps.get(steps)
@@ -454,7 +523,13 @@ def practice_john(value, thorough: bool = False) -> None:
             mistake=mistakes[key] if key else None,
         )
     if layers != right["attention_layers"]:
-        key = "attention-is-sequential" if layers > 1 else None
+        key = (
+            "attention-is-sequential"
+            if layers > 1
+            else "attention-zero-layers"
+            if layers == 0
+            else None
+        )
         fail(
             name,
             f"attention_layers = {layers} is not the number of self-attention layers that "

@@ -230,7 +230,15 @@ def test_parameters_named(name, impl, key):
 def test_a_linear_with_its_sizes_swapped():
     found = parameters.name_parameter_shape("w_2.weight", (24, 6), (6, 24))
     assert found[0] == "params-linear-swapped" and "nn.Linear(24, 6)" in found[1]
-    assert parameters.name_parameter_shape("w_1.weight", (32, 8), (16, 8)) is None  # another size
+    assert parameters.name_parameter_shape("w_1.weight", (24, 8), (16, 8)) is None  # another size
+
+
+def test_a_width_hard_coded_as_four_times_d_model():
+    # FeedForward(8, 16) built with 4 * d_model = 32: w_1 (32, 8), w_2 (8, 32)
+    for key, mine, ref in [("w_1.weight", (32, 8), (16, 8)), ("w_2.weight", (8, 32), (8, 16))]:
+        found = parameters.name_parameter_shape(key, mine, ref)
+        assert found[0] == "params-hard-coded-width" and "asks for 16" in found[1]
+    assert parameters.name_parameter_shape("w_1.bias", (32,), (16,)) is None  # no evidence
 
 
 def test_torch_multihead_attention_is_named():

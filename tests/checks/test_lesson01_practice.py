@@ -46,6 +46,8 @@ def test_the_right_answers_pass(thorough, capsys):
         ({"rnn_steps": 10}, "words-between"),
         ({"rnn_steps": 16}, "whole-sentence"),
         ({"attention_layers": 11}, "attention-is-sequential"),
+        ({"rnn_steps": 9}, "clause-only"),
+        ({"attention_layers": 0}, "attention-zero-layers"),
     ],
 )
 def test_each_catalogued_john_mistake_is_named(change, key):
@@ -53,7 +55,7 @@ def test_each_catalogued_john_mistake_is_named(change, key):
     assert failure.mistake == lesson01._john_mistakes()[key].sentence
 
 
-@pytest.mark.parametrize("change", [{"rnn_steps": 5}, {"attention_layers": 0}])
+@pytest.mark.parametrize("change", [{"rnn_steps": 5}, {"attention_layers": -1}])
 def test_other_wrong_counts_fail_without_a_guess(change):
     failure = _named(check.practice_john, dict(RIGHT_JOHN, **change))
     assert failure.mistake is None

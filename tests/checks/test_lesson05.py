@@ -238,7 +238,7 @@ def test_mutant_cases_without_padding_miss_a_hard_coded_causal_mask(monkeypatch)
     def causal_only(thorough):
         return [c for c in original(thorough) if "padding" not in c.label]
 
-    monkeypatch.setattr(check.EXERCISES["EncoderBlock"].driver, "cases", causal_only)
+    monkeypatch.setattr(lesson05, "_block_cases", causal_only)
     assert check.EncoderBlock(BlockCausalAlways, thorough=True) is None
 
 
@@ -258,7 +258,7 @@ def test_mutant_cases_with_only_post_norm_miss_the_norm_first_mistakes(monkeypat
     def post_norm_only(thorough):
         return [c for c in original(thorough) if not c.init["norm_first"]]
 
-    monkeypatch.setattr(check.EXERCISES["EncoderBlock"].driver, "cases", post_norm_only)
+    monkeypatch.setattr(lesson05, "_block_cases", post_norm_only)
     ignored = check.EXERCISES["EncoderBlock"].mistake("norm_first-ignored")
     assert check.EncoderBlock(ignored.impl, thorough=True) is None
 
@@ -270,7 +270,7 @@ def test_mutant_ffn_cases_without_square_case_cannot_name_the_swap(monkeypatch):
     def rectangular_only(thorough):
         return [c for c in original(thorough) if c.init["d_model"] != c.init["d_ff"]]
 
-    monkeypatch.setattr(check.EXERCISES["FeedForward"].driver, "cases", rectangular_only)
+    monkeypatch.setattr(lesson05, "_ffn_cases", rectangular_only)
     with pytest.raises(check.CheckFailed) as info:
         check.FeedForward(swapped.impl, thorough=True)
     assert "Likely mistake" not in str(info.value) and "raised RuntimeError" in str(info.value)

@@ -36,11 +36,6 @@ from heldout2 import lesson07 as second07  # noqa: E402
 from heldout3 import lesson02, lesson03, lesson04, lesson05, lesson06, lesson07  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _no_saving(monkeypatch, tmp_path):
-    monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path))
-
-
 def key_of(check_fn, impl):
     with pytest.raises(check.CheckFailed) as info:
         check_fn(impl)

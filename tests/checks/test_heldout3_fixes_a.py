@@ -140,6 +140,7 @@ def test_label_smoothing_mistakes_are_named(impl, key):
     "name, impl, key",
     [
         ("MultiHeadAttention", lesson03.MHAContextOr, "crash-tensor-or"),
+        ("MultiHeadAttention", lesson03.MHAUnsqueezesMask, "crash-mask-head-axis"),
         ("scaled_dot_product_attention", lesson02.sdpa_boolean_index, "crash-bool-index-shape"),
         ("EncoderBlock", lesson05.BlockMaskPositional, "crash-mask-as-context"),
         ("sinusoidal_positional_encoding", lesson04.pe_odd_crash, "crash-odd-columns"),

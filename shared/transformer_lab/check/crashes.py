@@ -23,7 +23,8 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
 - a mask passed positionally into MultiHeadAttention's `context` (its second parameter); a bool
   mask used as an index where its shape only broadcasts; `context or x` on a tensor; one value
   too many written into the odd columns [1::2] of an odd width; a ValueError of the student's own
-  whose guard compares with >= where the limit itself is allowed;
+  whose guard compares with >= where the limit itself is allowed; a head axis added to a mask that
+  had no batch axis (its first axis meets the heads);
 - an optional argument's default None used as a number; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis.
 
@@ -197,7 +198,10 @@ def name(err: BaseException) -> Named | None:
         sizes = {int(found.group(1)), int(found.group(2))}
         frame, line = _student_line(err)  # read once, for the three diagnosers below
         named = frame is not None and (
-            _no_keepdim(frame, line, sizes) or _dot_t(frame, line) or _outer(frame, line, sizes)
+            _no_keepdim(frame, line, sizes)
+            or _dot_t(frame, line)
+            or _outer(frame, line, sizes)
+            or _mask_on_heads(frame, line)
         )
         if named:
             return named
@@ -384,3 +388,28 @@ def _bound_inclusive(frame, line: str) -> Named | None:
         "sequence that fills the table to its last row): compare with > so that the limit "
         "itself is allowed",
     )
+
+
+def _mask_on_heads(frame, line: str) -> Named | None:
+    """Two shapes that do not broadcast, on a line of the student's that uses a 3-D mask of
+    shape (n, 1, m) beside 4-D scores (B, h, L_q, L_k) whose head axis is not n: a head axis
+    added (unsqueeze(1)) to a mask that had no batch axis, so its first axis meets the heads."""
+    tensors = {k: v for k, v in frame.f_locals.items() if isinstance(v, torch.Tensor)}
+    heads = {int(v.shape[1]) for v in tensors.values() if v.dim() == 4}
+    for key, mask in tensors.items():
+        if (
+            "mask" in key
+            and re.search(rf"\b{re.escape(key)}\b", line)
+            and mask.dim() == 3
+            and mask.shape[1] == 1
+            and heads
+            and mask.shape[0] not in heads | {1}
+        ):
+            return (
+                "crash-mask-head-axis",
+                f"`{key}` has shape {tuple(mask.shape)}: against 4-D scores (B, h, L_q, L_k) its "
+                "first axis lines up with the heads, so a head axis was added to a mask that had "
+                "no batch axis; unsqueeze(1) only a (B, L_q, L_k) mask, as a 2-D (L_q, L_k) or "
+                "4-D mask already broadcasts",
+            )
+    return None

@@ -87,6 +87,15 @@ def _shift_masks_inputs(idx, pad_id=None):
     return targets
 
 
+def _shift_int64(idx, pad_id=None):
+    """Builds the targets with torch.full, whose default dtype is int64 whatever idx's dtype."""
+    targets = torch.full(idx.shape, IGNORE, device=idx.device)
+    targets[:, :-1] = idx[:, 1:]
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE
+    return targets
+
+
 def _token_rows(seed: int, B: int, L: int, vocab: int, pad_id: int | None) -> torch.Tensor:
     """Random ids in [0, vocab); with pad_id, rows are right-padded by different amounts."""
     g = torch.Generator().manual_seed(seed)
@@ -101,15 +110,17 @@ def _token_rows(seed: int, B: int, L: int, vocab: int, pad_id: int | None) -> to
 
 
 def _shift_calls(thorough: bool) -> list[tuple[str, dict]]:
-    grid = [(2, 6, 9, None), (3, 7, 10, 0)]
+    # the last visible case has int32 ids: the text asks for idx's dtype, not int64 always
+    grid = [(2, 6, 9, None), (3, 7, 10, 0), (2, 5, 8, None, torch.int32)]
     if thorough:
         grid += [(1, 1, 5, None), (1, 2, 5, 4), (4, 9, 20, 19), (2, 5, 7, 3), (3, 12, 50, None)]
     calls = []
-    for i, (B, L, vocab, pad_id) in enumerate(grid):
-        idx = _token_rows(300 + i, B, L, vocab, pad_id)
+    for i, (B, L, vocab, pad_id, *dtype) in enumerate(grid):
+        idx = _token_rows(300 + i, B, L, vocab, pad_id).to(*dtype)
         kwargs = {"idx": idx} if pad_id is None else {"idx": idx, "pad_id": pad_id}
         arg = "" if pad_id is None else f", pad_id={pad_id}"
-        calls.append((f"shift_targets(idx{arg}) with idx={idx.tolist()}", kwargs))
+        kind = f" ({str(idx.dtype).replace('torch.', '')})" if dtype else ""
+        calls.append((f"shift_targets(idx{arg}) with idx={idx.tolist()}{kind}", kwargs))
     return calls
 
 
@@ -195,6 +206,12 @@ shift_targets = Exercise(
             "you ignored the positions whose input is padding; what counts is the target: "
             "set -100 where the target (the next token) is pad_id.",
             _shift_masks_inputs,
+        ),
+        Mistake(
+            "int64-always",
+            "the targets must have idx's dtype: torch.full(shape, -100) makes int64 whatever "
+            "idx is; use torch.full_like(idx, -100) (or pass dtype=idx.dtype).",
+            _shift_int64,
         ),
     ],
     driver=TrialDriver(
@@ -458,6 +475,13 @@ def _probs_zero_fill(logits, temperature=1.0, top_k=None, top_p=None):
     return torch.softmax(z, dim=-1)
 
 
+def _probs_tiny_temperature(logits, temperature=1.0, top_k=None, top_p=None):
+    """T = 0 read as a tiny T: one-hot, except that tied maxima share the probability."""
+    if top_k == 1:
+        return greedy(logits)
+    return probs_with(logits, max(temperature, 1e-10), top_k, top_p)
+
+
 def _probs_no_greedy(logits, temperature=1.0, top_k=None, top_p=None):
     z = logits / temperature
     if top_k is not None and top_k < z.shape[-1]:
@@ -489,19 +513,21 @@ def _probs_cases(thorough: bool) -> list[Case]:
 
         shape = (len(_TIED), len(_TIED[0])) if tied else (B, V)
         args = "" if defaults else f", temperature={temperature}, top_k={top_k}"
-        what = f"logits {_TIED} (ties at the k-th largest)" if tied else f"logits {shape}"
+        ties = "tied maxima" if temperature == 0 else "ties at the k-th largest"
+        what = f"logits {_TIED} ({ties})" if tied else f"logits {shape}"
         if scale != 2.0:
             what += f" of size ~{scale:g}"
         return Case(f"next_token_probs({what}{args})", make)
 
-    # Every rule the task states has a visible case: defaults, top-k, ties, greedy at T = 0, and
-    # k >= V keeping everything.
+    # Every rule the task states has a visible case: defaults, top-k, ties, greedy at T = 0 (a
+    # one-hot row even where maxima tie), and k >= V keeping everything.
     cases = [
         case(3, 7, 1.0, None, defaults=True),
         case(4, 10, 0.7, 3),
         case(0, 0, 1.5, 2, tied=True),
         case(5, 6, 0.0, None),
         case(2, 5, 0.9, 12),
+        case(0, 0, 0.0, None, tied=True),
     ]
     if thorough:
         cases += [
@@ -568,6 +594,12 @@ next_token_probs = Exercise(
             "temperature 0 divides by zero: T = 0 (and top_k = 1) means greedy decoding, a "
             "one-hot row at the argmax.",
             _probs_no_greedy,
+        ),
+        Mistake(
+            "tiny-temperature",
+            "T = 0 is greedy decoding, a one-hot row at the argmax: dividing by a tiny T instead "
+            "shares the probability between tied maxima; return the one-hot row when T = 0.",
+            _probs_tiny_temperature,
         ),
         *TOP_P_MISTAKES,
     ],

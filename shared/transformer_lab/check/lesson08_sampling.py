@@ -98,6 +98,14 @@ def _sample_softmax_of_probs(logits, temperature=1.0, top_k=None, generator=None
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def _sample_reseeds(logits, temperature=1.0, top_k=None, generator=None):
+    """Reseeds the global generator from generator.initial_seed(): every call draws the same."""
+    if generator is not None:
+        torch.manual_seed(generator.initial_seed())
+    probs = _true_probs(logits, temperature, top_k).float()
+    return torch.multinomial(probs, 1).squeeze(-1)
+
+
 # (label, logits rows (B, V) as a list, temperature, top_k, sampled?) — a sampled case repeats its
 # single row N times; a greedy case must return exactly the argmax of each row.
 _ROW_A = [2.0, 1.0, 0.5, 0.0, -0.5, -1.0]
@@ -259,6 +267,24 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
             "from `generator`, not from torch's global random state"
         )
         return Finding(problem, case, "reproducible", ("reproducible", None))
+    # ...and a generator's state moves on: two calls with one generator draw different tokens
+    # (all N = 20,000 alike happens to a correct sampler with probability far below 1e-100).
+    generator = _new_generator(device, seed)
+    first, again = (
+        call(lambda: fn(logits.clone(), temperature, top_k, generator), "your function", case)
+        for _ in range(2)
+    )
+    if (
+        isinstance(first, torch.Tensor)
+        and isinstance(again, torch.Tensor)
+        and torch.equal(first, again)
+    ):
+        problem = (
+            f"two calls with one generator drew the same {N:,} tokens: the draws must come from "
+            "the generator's state, which moves on with each draw (torch.multinomial(probs, 1, "
+            "generator=generator)); do not reseed anything from it"
+        )
+        return Finding(problem, case, "repeats", ("repeats", None))
     return None
 
 
@@ -270,7 +296,7 @@ def _sample_matches(mine, theirs) -> bool:
         return (a - b).abs().max().item() <= 2 * _sample_tolerance()
     if tag == "greedy":
         return torch.equal(a, b)
-    return a == b  # "shape": the shapes; "reproducible": None == None
+    return a == b  # "shape": the shapes; "reproducible", "repeats": None == None
 
 
 sample_next = Exercise(
@@ -326,6 +352,13 @@ sample_next = Exercise(
             "the probabilities went through a second softmax, which flattens them: draw from "
             "next_token_probs(...) as it is.",
             _sample_softmax_of_probs,
+        ),
+        Mistake(
+            "reseeds",
+            "each call reseeds torch's global generator from generator.initial_seed(), so every "
+            "call draws the same tokens (and the program's own random state is reset): draw with "
+            "torch.multinomial(probs, 1, generator=generator) and touch no seed.",
+            _sample_reseeds,
         ),
     ],
     driver=TrialDriver(

@@ -19,6 +19,7 @@ patched comparison behaves the same for every driver (tests/grading/test_tamper.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -317,6 +318,7 @@ class Reject:
 
     label: str
     call: Callable
+    names: tuple[str, ...] = ()  # numbers the error's message must quote (the sizes at fault)
 
 
 class RaisesDriver(Driver):
@@ -352,7 +354,10 @@ class RaisesDriver(Driver):
             out = case.call(impl)
         except (ImplementThisYourself, NotImplementedError):
             raise
-        except self.error:
+        except self.error as err:
+            quoted = set(re.findall(r"\d+", str(err)))
+            if not set(case.names) <= quoted:
+                return "vague", err
             return self.error.__name__, None
         except Exception as err:
             return "raised", err
@@ -367,6 +372,12 @@ class RaisesDriver(Driver):
         if kind == "raised":
             problem = f"{self.what} raised {type(what).__name__}: {what}"
             fail(ex, problem, case.label, mistake, what)
+        if kind == "vague":
+            problem = (
+                f"{self.what} raised {expected}: {what}, a message that does not quote the "
+                f"sizes at fault ({', '.join(case.names)})"
+            )
+            fail(ex, problem, case.label, mistake)
         problem = f"{self.what} returned {self.shown(what)} instead of raising {expected}"
         fail(ex, problem, case.label, mistake)
 

@@ -96,6 +96,25 @@ def _shift_int64(idx, pad_id=None):
     return targets
 
 
+def _shift_in_place(idx, pad_id=None):
+    """Shifts idx itself and returns it."""
+    idx[:, :-1] = idx[:, 1:].clone()
+    idx[:, -1] = IGNORE
+    if pad_id is not None:
+        idx[idx == pad_id] = IGNORE
+    return idx
+
+
+def _shift_last_zero(idx, pad_id=None):
+    """The last position gets pad_id (or 0 without one) instead of -100."""
+    targets = torch.empty_like(idx)
+    targets[:, :-1] = idx[:, 1:]
+    targets[:, -1] = 0 if pad_id is None else pad_id
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE
+    return targets
+
+
 def _token_rows(seed: int, B: int, L: int, vocab: int, pad_id: int | None) -> torch.Tensor:
     """Random ids in [0, vocab); with pad_id, rows are right-padded by different amounts."""
     g = torch.Generator().manual_seed(seed)
@@ -208,6 +227,18 @@ shift_targets = Exercise(
             _shift_masks_inputs,
         ),
         Mistake(
+            "in-place",
+            "you shifted idx itself (in place): the caller still needs its tokens; build the "
+            "targets in a new tensor, torch.full_like(idx, -100), then fill it.",
+            _shift_in_place,
+        ),
+        Mistake(
+            "last-not-ignored",
+            "the last position has no next token: its target must be -100 (ignored), not 0 or "
+            "pad_id, which would teach the model a token that is not there.",
+            _shift_last_zero,
+        ),
+        Mistake(
             "int64-always",
             "the targets must have idx's dtype: torch.full(shape, -100) makes int64 whatever "
             "idx is; use torch.full_like(idx, -100) (or pass dtype=idx.dtype).",
@@ -296,6 +327,14 @@ def _lm_log_softmax_positions(logits, targets):
     keep = targets != IGNORE
     log_p = torch.log_softmax(logits, dim=1)
     picked = log_p.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    return -(picked * keep).sum() / keep.sum()
+
+
+def _lm_positive_only(logits, targets):
+    """Keeps the targets > 0: drops every -100, and every target of token id 0 too."""
+    keep = targets > 0
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return -(picked * keep).sum() / keep.sum()
 
 
@@ -412,6 +451,12 @@ lm_loss = Exercise(
             "log_softmax is taken over the positions axis (dim=1): it normalises over the "
             "vocabulary, the last axis (dim=-1).",
             _lm_log_softmax_positions,
+        ),
+        Mistake(
+            "positive-only",
+            "you kept the targets > 0, which drops every target of token id 0 as well: keep "
+            "the positions whose target is not -100 (targets != -100).",
+            _lm_positive_only,
         ),
     ],
     driver=FunctionDriver(_lm_cases, outputs=("loss",)),

@@ -78,6 +78,33 @@ class _KVSwapped(_RefKVCache):
         return values, keys
 
 
+class _KVCountsAppends(_RefKVCache):
+    """len(cache) counts the calls to append, not the positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __len__(self):
+        return self.calls
+
+    def append(self, k, v):
+        self.calls += 1
+        return super().append(k, v)
+
+
+class _KVValuesFromKeys(_RefKVCache):
+    """Copy-paste slip: the stored values are joined with the new keys."""
+
+    def append(self, k, v):
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=-2)
+            self.v = torch.cat([self.v, k], dim=-2)
+        return self.k, self.v
+
+
 class _KVTruthiness(_RefKVCache):
     """`if self.k:` on a tensor: fine while it is None, ambiguous once it holds keys."""
 
@@ -327,6 +354,18 @@ KVCache = Exercise(
             "swapped",
             "append returned (values, keys): return (keys, values) in that order.",
             _KVSwapped,
+        ),
+        Mistake(
+            "counts-appends",
+            "len(cache) counts the calls to append: it is the number of cached positions, "
+            "self.k.shape[-2], and one append may bring several.",
+            _KVCountsAppends,
+        ),
+        Mistake(
+            "values-from-keys",
+            "the new keys were joined to the stored values (a copy-paste slip): "
+            "self.v = torch.cat([self.v, v], dim=-2).",
+            _KVValuesFromKeys,
         ),
         Mistake(
             "tensor-truth",

@@ -98,6 +98,11 @@ def _sample_softmax_of_probs(logits, temperature=1.0, top_k=None, generator=None
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def _sample_int32(logits, temperature=1.0, top_k=None, generator=None):
+    probs = _true_probs(logits, temperature, top_k).float()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).int()
+
+
 def _sample_reseeds(logits, temperature=1.0, top_k=None, generator=None):
     """Reseeds the global generator from generator.initial_seed(): every call draws the same."""
     if generator is not None:
@@ -171,10 +176,6 @@ def _draws_problem(got, B: int, V: int, device) -> str | None:
     return None
 
 
-def _shape_of(got):
-    return tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-
-
 def _cuda_indices(device: torch.device) -> list[int]:
     if device.type != "cuda":
         return []
@@ -208,7 +209,7 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
         logits = torch.randn(*rows, generator=g, dtype=torch.float64) + 1000.0
         got = draw(logits.to(device, dtype))
         problem = _draws_problem(got, rows[0], rows[1], device)
-        return Finding(problem, case, "shape", ("shape", _shape_of(got))) if problem else None
+        return Finding(problem, case, "shape", ("shape", problem)) if problem else None
     if kind == "greedy":
         g = torch.Generator().manual_seed(seed)
         logits = torch.randn(*rows, generator=g, dtype=torch.float64).to(device, dtype)
@@ -216,7 +217,7 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
         expected = logits.argmax(dim=-1)
         problem = _draws_problem(got, rows[0], rows[1], device)
         if problem:
-            return Finding(problem, case, "shape", ("shape", _shape_of(got)))
+            return Finding(problem, case, "shape", ("shape", problem))
         if not torch.equal(got, expected):
             problem = (
                 f"with temperature={temperature}, top_k={top_k} the result must be the argmax of "
@@ -232,7 +233,7 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
     got = draw(logits)
     problem = _draws_problem(got, N, V, device)
     if problem:
-        return Finding(problem, case, "shape", ("shape", _shape_of(got)))
+        return Finding(problem, case, "shape", ("shape", problem))
     freq = torch.bincount(got.cpu(), minlength=V).double() / N
     impossible = (p == 0) & (freq > 0)
     if impossible.any():
@@ -352,6 +353,13 @@ sample_next = Exercise(
             "the probabilities went through a second softmax, which flattens them: draw from "
             "next_token_probs(...) as it is.",
             _sample_softmax_of_probs,
+        ),
+        Mistake(
+            "int32",
+            "the ids were cast to another dtype: token ids are torch.long (int64), as "
+            "torch.multinomial returns them and nn.Embedding and F.cross_entropy expect; do not "
+            "cast them.",
+            _sample_int32,
         ),
         Mistake(
             "reseeds",

@@ -387,6 +387,13 @@ def _infill_interior_only(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     return _place_spans(tokens, mask_id, lengths, generator, gaps=interior)
 
 
+def _infill_fixed_dtype(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """Rebuilds the result with torch.tensor(list): int64 whatever the input's dtype."""
+    lengths = _poisson_lengths(round(p * len(tokens)), lam, generator)
+    out = _place_spans(tokens, mask_id, lengths, generator)
+    return torch.tensor(out.tolist(), dtype=torch.long, device=tokens.device)
+
+
 def _infill_returns_input(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     if round(p * len(tokens)) == 0:
         return tokens  # the input itself, not a copy
@@ -453,6 +460,12 @@ text_infilling = Exercise(
             "generator, Python's random or NumPy was used): pass generator=generator to "
             "torch.poisson / torch.randperm / torch.rand so a seed reproduces the noise.",
             _infill_global_rng,
+        ),
+        Mistake(
+            "fixed-dtype",
+            "the result is rebuilt with a fixed dtype (torch.tensor(list) gives int64): keep the "
+            "input's dtype, tokens.new_tensor(list) or torch.cat of slices of tokens.",
+            _infill_fixed_dtype,
         ),
         Mistake(
             "returns-input",

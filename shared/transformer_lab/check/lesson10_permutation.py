@@ -89,6 +89,12 @@ def _permutation_structure(doc: list[int], out: list[int], eos_id: int, label: s
     sentences = _pieces(doc, eos_id)
     has_rest = bool(doc) and doc[-1] != eos_id
     rest = sentences.pop() if has_rest else ()
+    if rest and len(out) == len(doc) - len(rest) and _is_arrangement(out, sentences):
+        raise Broken(
+            "tail dropped",
+            f"{label}: the unfinished last sentence {list(rest)} (no {eos_id} at its end) is "
+            f"missing: it stays at the end of the output. Input {doc}, output {out}",
+        )
     if len(out) != len(doc):
         raise Broken(
             "length",
@@ -205,6 +211,15 @@ def _perm_cut_before(tokens, eos_id, generator=None):
     return torch.cat([pieces[i] for i in order]) if pieces else tokens.clone()
 
 
+def _perm_drops_tail(tokens, eos_id, generator=None):
+    """Shuffles the finished sentences and forgets the unfinished tail."""
+    sentences = _pieces(tokens.tolist(), eos_id)
+    if tokens.numel() and tokens[-1] != eos_id:
+        sentences.pop()
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    return tokens.new_tensor([t for i in order for t in sentences[i]])
+
+
 def _perm_lone_eos_dropped(tokens, eos_id, generator=None):
     """Drops the empty sentences (a lone eos_id vanishes) before shuffling."""
     sentences = [s for s in _pieces(tokens.tolist(), eos_id) if s != (eos_id,)]
@@ -267,6 +282,12 @@ sentence_permutation = Exercise(
             "the document was cut before each eos_id, so a boundary token travels with the "
             "next sentence: cut just after each eos_id (a sentence ends with its boundary).",
             _perm_cut_before,
+        ),
+        Mistake(
+            "tail-dropped",
+            "the unfinished last sentence (the tokens after the last eos_id) was dropped: it is "
+            "kept, unshuffled, at the end.",
+            _perm_drops_tail,
         ),
         Mistake(
             "lone-eos-dropped",

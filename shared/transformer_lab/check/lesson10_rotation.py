@@ -146,6 +146,19 @@ def _rot_drops_a_token(tokens, generator=None):
     return torch.cat([tokens[k + 1 :], tokens[:k]]) if k + 1 < len(tokens) else tokens[:k].clone()
 
 
+def _rot_fixed_dtype(tokens, generator=None):
+    """Rotates a Python list and converts back with torch.tensor: int64 always."""
+    k = int(torch.randint(max(len(tokens), 1), (), generator=generator))
+    ids = tokens.tolist()
+    return torch.tensor(ids[k:] + ids[:k], dtype=torch.long, device=tokens.device)
+
+
+def _rot_high_inclusive(tokens, generator=None):
+    """torch.randint(0, L - 1), its high end read as inclusive: k = L - 1 never comes out."""
+    k = int(torch.randint(max(len(tokens) - 1, 1), (), generator=generator))
+    return torch.cat([tokens[k:], tokens[:k]])
+
+
 def _rot_cat_order(tokens, generator=None):
     """Joins tokens[:k] then tokens[k:]: the document unchanged, whatever k."""
     k = int(torch.randint(max(len(tokens), 1), (), generator=generator))
@@ -209,6 +222,18 @@ document_rotation = Exercise(
             "the random numbers do not come from the `generator` argument: pass "
             "generator=generator to torch.randint so a seed reproduces the rotation.",
             _rot_global_rng,
+        ),
+        Mistake(
+            "fixed-dtype",
+            "the result is rebuilt with a fixed dtype (torch.tensor(list) gives int64): keep the "
+            "input's dtype, torch.cat of slices of tokens (or torch.roll).",
+            _rot_fixed_dtype,
+        ),
+        Mistake(
+            "high-inclusive",
+            "the last start k = L - 1 never comes out: torch.randint's high end is exclusive, so "
+            "draw torch.randint(0, L, ...), not torch.randint(0, L - 1, ...).",
+            _rot_high_inclusive,
         ),
         Mistake(
             "cat-order",

@@ -260,8 +260,8 @@ wordpiece_tokenize = Exercise(
         ),
         Mistake(
             "bare-unk",
-            "an unknown word gives the list [unk_token], not the bare string unk_token: the "
-            "result is always a list of pieces.",
+            "the result is always a list of pieces, an unknown word's too ([unk_token]): return "
+            "the list itself, not the bare string unk_token or the pieces joined into a string.",
             _wp_unk_string,
         ),
     ],

@@ -228,8 +228,8 @@ shift_targets = Exercise(
         ),
         Mistake(
             "in-place",
-            "you shifted idx itself (in place): the caller still needs its tokens; build the "
-            "targets in a new tensor, torch.full_like(idx, -100), then fill it.",
+            "you changed idx in place: the caller still needs its tokens; build the targets in "
+            "a new tensor, torch.full_like(idx, -100), then fill it.",
             _shift_in_place,
         ),
         Mistake(

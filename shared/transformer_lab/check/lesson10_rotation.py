@@ -116,8 +116,14 @@ def _rotation_suite(fn: Callable, thorough: bool, call: Callable = direct) -> in
             n_draws,
             "start k =",
             label,
-            zero_key=lambda k: "start 0" if k == 0 else "unreachable",
-            key=lambda lo, hi: "uniform" if counts[0] > hi else "uneven",
+            zero_key=lambda k, L=L, counts=counts: (
+                "start 0"
+                if k == 0
+                else "last start"  # the only one missing: randint's high end read as inclusive
+                if k == L - 1 and all(counts[c] for c in range(L - 1))
+                else "unreachable"
+            ),
+            key=lambda lo, hi, counts=counts: "uniform" if counts[0] > hi else "uneven",
         )
     return n_calls
 
@@ -231,8 +237,8 @@ document_rotation = Exercise(
         ),
         Mistake(
             "high-inclusive",
-            "the last start k = L - 1 never comes out: torch.randint's high end is exclusive, so "
-            "draw torch.randint(0, L, ...), not torch.randint(0, L - 1, ...).",
+            "the last start k = L - 1 never comes out: draw k with torch.randint(0, L, ...), whose "
+            "high end is exclusive, not torch.randint(0, L - 1, ...) or int(u * (L - 1)).",
             _rot_high_inclusive,
         ),
         Mistake(

@@ -251,10 +251,11 @@ def test_other_wrong_samplers_are_caught(wrong, message):
         check.sample_next(wrong, thorough=True)
 
 
-def test_a_sampler_with_its_own_seed_passes_reproducibility_but_is_not_random():
-    """A fixed internal seed is reproducible; the check cannot tell it from a good sampler, which
-    is acceptable: its draws still follow the distribution. Document the limit."""
-    assert check.sample_next(_seed_inside) is None
+def test_a_sampler_with_its_own_seed_is_caught_by_its_repeated_draws():
+    """A fixed internal seed is reproducible, but two calls with one generator draw the same
+    tokens: the generator's state must move on (heldout3's sample_reseed_global found it)."""
+    with pytest.raises(check.CheckFailed, match="two calls with one generator drew the same"):
+        check.sample_next(_seed_inside)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -596,13 +596,19 @@ def wp_returns_string(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     "impl,expected",
     [
         (wp_ignores_unk_token, "expected ['<unk>'], got ['[UNK]']"),
-        (wp_returns_string, "the result should be a list of str"),
     ],
 )
 def test_other_wordpiece_bugs_are_caught(impl, expected):
     """Caught, with no catalogued name (none fits)."""
     message = _fails_with(check.wordpiece_tokenize, impl, None)
     assert expected in message
+
+
+def test_a_string_of_pieces_is_named_as_not_a_list():
+    """' '.join(pieces) gives the string '[UNK]' for an unknown word: named as not a list."""
+    sentence = check.EXERCISES["wordpiece_tokenize"].mistake("bare-unk").sentence
+    message = _fails_with(check.wordpiece_tokenize, wp_returns_string, sentence)
+    assert "the result should be a list of str" in message
 
 
 def test_wordpiece_using_the_course_tokenizer_is_refused():

@@ -36,7 +36,7 @@ def loop_patchify(images, patch_size):
     B, C, H, W = images.shape
     p = patch_size
     if H % p != 0 or W % p != 0:
-        raise ValueError("image size must be divisible by the patch size")
+        raise ValueError(f"image size {H}x{W} must be divisible by the patch size {p}")
     patches = [
         images[:, :, r : r + p, c : c + p].reshape(B, -1)
         for r in range(0, H, p)
@@ -215,7 +215,7 @@ def test_mutant_cases_with_square_images_cannot_see_swapped_height_and_width(mon
 def only_height_checked(images, patch_size):
     B, C, H, W = images.shape
     if H % patch_size:
-        raise ValueError("height")
+        raise ValueError(f"height {H} is not a multiple of {patch_size}")
     return check.EXERCISES["patchify"].mistake("not-rejected").impl(images, patch_size)
 
 

@@ -113,7 +113,8 @@ def test_the_first_visible_case_tells_every_mistake_apart():
     case = lesson13._clip_loss_cases(False)[0]
     inputs = case.make(torch.Generator().manual_seed(0))
     # a clamp at 100 shows only above it: the visible case exp(logit_scale) = 200 tells it apart
-    mistakes = [m for m in EX.mistakes if m.key != "scale-clamped"]
+    # and log(softmax) only where the softmax underflows (a visible case of large logits)
+    mistakes = [m for m in EX.mistakes if m.key not in ("scale-clamped", "log-of-softmax")]
     values = [clip.clip_loss(**inputs).item()] + [m.impl(**inputs).item() for m in mistakes]
     for i, a in enumerate(values):
         for b in values[i + 1 :]:
@@ -122,6 +123,13 @@ def test_the_first_visible_case_tells_every_mistake_apart():
     inputs = above.make(torch.Generator().manual_seed(0))
     clamped = EX.mistake("scale-clamped").impl(**inputs).item()
     assert abs(clamped - clip.clip_loss(**inputs).item()) > 1e-6
+    underflows = [  # in float32, as the visible check runs each case too
+        EX.mistake("log-of-softmax")
+        .impl(**{k: v.float() for k, v in c.make(torch.Generator().manual_seed(0)).items()})
+        .item()
+        for c in lesson13._clip_loss_cases(False)
+    ]
+    assert any(v == float("inf") for v in underflows)
 
 
 def test_the_mutants_follow_the_contract_when_right():

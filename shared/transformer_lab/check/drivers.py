@@ -19,6 +19,7 @@ patched comparison behaves the same for every driver (tests/grading/test_tamper.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -139,6 +140,29 @@ def _student_call(ex, student_obj, call, what: str, case_text: str | None = None
         fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, cause=err)
 
 
+def _own_copies(inputs: dict) -> dict:
+    """The student's own copy of every integer or bool tensor (moving one to its own device does
+    not copy it), so that an in-place change is seen, and spares the reference's graph."""
+    return {
+        k: v.clone() if isinstance(v, torch.Tensor) and not v.is_floating_point() else v
+        for k, v in inputs.items()
+    }
+
+
+def _require_unchanged(ex, ref_in: dict, stu_in: dict, text: str) -> None:
+    """An integer or bool input the student's function changed in place fails, named as such."""
+    for key, value in stu_in.items():
+        if isinstance(value, torch.Tensor) and not value.is_floating_point():
+            if not torch.equal(value, ref_in[key]):
+                sentence = (
+                    f"do not change `{key}` in place (the caller still needs it): make a new "
+                    f"tensor (torch.where(...), {key}.clamp(...), or {key}.clone() first), not "
+                    f"{key}[...] = ..."
+                )
+                problem = f"your function changed its input `{key}` in place"
+                fail(ex, problem, text, exercise.Mistake("in-place-input", sentence))
+
+
 class FunctionDriver(_TensorDriver):
     """A function of tensors: same inputs (every dtype and device), outputs and input gradients.
 
@@ -156,9 +180,10 @@ class FunctionDriver(_TensorDriver):
         base = case.make(torch.Generator().manual_seed(1000 + index))
         ref_in = compare.move(base, dtype, device, True)
         expected = compare.as_tuple(ex.reference(**ref_in))
-        stu_in = compare.move(base, dtype, device, True)
+        stu_in = _own_copies(compare.move(base, dtype, device, True))
         text = case.text(dtype, device)
         got = _student_call(ex, student_fn, lambda: student_fn(**stu_in), "your function", text)
+        _require_unchanged(ex, ref_in, stu_in, text)
 
         def run_mistake(impl):
             return impl(**compare.move(base, dtype, device, False))
@@ -293,6 +318,7 @@ class Reject:
 
     label: str
     call: Callable
+    names: tuple[str, ...] = ()  # numbers the error's message must quote (the sizes at fault)
 
 
 class RaisesDriver(Driver):
@@ -328,7 +354,10 @@ class RaisesDriver(Driver):
             out = case.call(impl)
         except (ImplementThisYourself, NotImplementedError):
             raise
-        except self.error:
+        except self.error as err:
+            quoted = set(re.findall(r"\d+", str(err)))
+            if not set(case.names) <= quoted:
+                return "vague", err
             return self.error.__name__, None
         except Exception as err:
             return "raised", err
@@ -343,6 +372,12 @@ class RaisesDriver(Driver):
         if kind == "raised":
             problem = f"{self.what} raised {type(what).__name__}: {what}"
             fail(ex, problem, case.label, mistake, what)
+        if kind == "vague":
+            problem = (
+                f"{self.what} raised {expected}: {what}, a message that does not quote the "
+                f"sizes at fault ({', '.join(case.names)})"
+            )
+            fail(ex, problem, case.label, mistake)
         problem = f"{self.what} returned {self.shown(what)} instead of raising {expected}"
         fail(ex, problem, case.label, mistake)
 

@@ -87,6 +87,34 @@ def _shift_masks_inputs(idx, pad_id=None):
     return targets
 
 
+def _shift_int64(idx, pad_id=None):
+    """Builds the targets with torch.full, whose default dtype is int64 whatever idx's dtype."""
+    targets = torch.full(idx.shape, IGNORE, device=idx.device)
+    targets[:, :-1] = idx[:, 1:]
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE
+    return targets
+
+
+def _shift_in_place(idx, pad_id=None):
+    """Shifts idx itself and returns it."""
+    idx[:, :-1] = idx[:, 1:].clone()
+    idx[:, -1] = IGNORE
+    if pad_id is not None:
+        idx[idx == pad_id] = IGNORE
+    return idx
+
+
+def _shift_last_zero(idx, pad_id=None):
+    """The last position gets pad_id (or 0 without one) instead of -100."""
+    targets = torch.empty_like(idx)
+    targets[:, :-1] = idx[:, 1:]
+    targets[:, -1] = 0 if pad_id is None else pad_id
+    if pad_id is not None:
+        targets[targets == pad_id] = IGNORE
+    return targets
+
+
 def _token_rows(seed: int, B: int, L: int, vocab: int, pad_id: int | None) -> torch.Tensor:
     """Random ids in [0, vocab); with pad_id, rows are right-padded by different amounts."""
     g = torch.Generator().manual_seed(seed)
@@ -101,15 +129,17 @@ def _token_rows(seed: int, B: int, L: int, vocab: int, pad_id: int | None) -> to
 
 
 def _shift_calls(thorough: bool) -> list[tuple[str, dict]]:
-    grid = [(2, 6, 9, None), (3, 7, 10, 0)]
+    # the last visible case has int32 ids: the text asks for idx's dtype, not int64 always
+    grid = [(2, 6, 9, None), (3, 7, 10, 0), (2, 5, 8, None, torch.int32)]
     if thorough:
         grid += [(1, 1, 5, None), (1, 2, 5, 4), (4, 9, 20, 19), (2, 5, 7, 3), (3, 12, 50, None)]
     calls = []
-    for i, (B, L, vocab, pad_id) in enumerate(grid):
-        idx = _token_rows(300 + i, B, L, vocab, pad_id)
+    for i, (B, L, vocab, pad_id, *dtype) in enumerate(grid):
+        idx = _token_rows(300 + i, B, L, vocab, pad_id).to(*dtype)
         kwargs = {"idx": idx} if pad_id is None else {"idx": idx, "pad_id": pad_id}
         arg = "" if pad_id is None else f", pad_id={pad_id}"
-        calls.append((f"shift_targets(idx{arg}) with idx={idx.tolist()}", kwargs))
+        kind = f" ({str(idx.dtype).replace('torch.', '')})" if dtype else ""
+        calls.append((f"shift_targets(idx{arg}) with idx={idx.tolist()}{kind}", kwargs))
     return calls
 
 
@@ -196,6 +226,24 @@ shift_targets = Exercise(
             "set -100 where the target (the next token) is pad_id.",
             _shift_masks_inputs,
         ),
+        Mistake(
+            "in-place",
+            "you changed idx in place: the caller still needs its tokens; build the targets in "
+            "a new tensor, torch.full_like(idx, -100), then fill it.",
+            _shift_in_place,
+        ),
+        Mistake(
+            "last-not-ignored",
+            "the last position has no next token: its target must be -100 (ignored), not 0 or "
+            "pad_id, which would teach the model a token that is not there.",
+            _shift_last_zero,
+        ),
+        Mistake(
+            "int64-always",
+            "the targets must have idx's dtype: torch.full(shape, -100) makes int64 whatever "
+            "idx is; use torch.full_like(idx, -100) (or pass dtype=idx.dtype).",
+            _shift_int64,
+        ),
     ],
     driver=TrialDriver(
         _shift_calls,
@@ -279,6 +327,14 @@ def _lm_log_softmax_positions(logits, targets):
     keep = targets != IGNORE
     log_p = torch.log_softmax(logits, dim=1)
     picked = log_p.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    return -(picked * keep).sum() / keep.sum()
+
+
+def _lm_positive_only(logits, targets):
+    """Keeps the targets > 0: drops every -100, and every target of token id 0 too."""
+    keep = targets > 0
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     return -(picked * keep).sum() / keep.sum()
 
 
@@ -396,6 +452,12 @@ lm_loss = Exercise(
             "vocabulary, the last axis (dim=-1).",
             _lm_log_softmax_positions,
         ),
+        Mistake(
+            "positive-only",
+            "you kept the targets > 0, which drops every target of token id 0 as well: keep "
+            "the positions whose target is not -100 (targets != -100).",
+            _lm_positive_only,
+        ),
     ],
     driver=FunctionDriver(_lm_cases, outputs=("loss",)),
     doc="lm_loss(logits (B, L, V), targets (B, L)) -> the mean cross-entropy (a 0-dim tensor) "
@@ -458,6 +520,13 @@ def _probs_zero_fill(logits, temperature=1.0, top_k=None, top_p=None):
     return torch.softmax(z, dim=-1)
 
 
+def _probs_tiny_temperature(logits, temperature=1.0, top_k=None, top_p=None):
+    """T = 0 read as a tiny T: one-hot, except that tied maxima share the probability."""
+    if top_k == 1:
+        return greedy(logits)
+    return probs_with(logits, max(temperature, 1e-10), top_k, top_p)
+
+
 def _probs_no_greedy(logits, temperature=1.0, top_k=None, top_p=None):
     z = logits / temperature
     if top_k is not None and top_k < z.shape[-1]:
@@ -489,19 +558,21 @@ def _probs_cases(thorough: bool) -> list[Case]:
 
         shape = (len(_TIED), len(_TIED[0])) if tied else (B, V)
         args = "" if defaults else f", temperature={temperature}, top_k={top_k}"
-        what = f"logits {_TIED} (ties at the k-th largest)" if tied else f"logits {shape}"
+        ties = "tied maxima" if temperature == 0 else "ties at the k-th largest"
+        what = f"logits {_TIED} ({ties})" if tied else f"logits {shape}"
         if scale != 2.0:
             what += f" of size ~{scale:g}"
         return Case(f"next_token_probs({what}{args})", make)
 
-    # Every rule the task states has a visible case: defaults, top-k, ties, greedy at T = 0, and
-    # k >= V keeping everything.
+    # Every rule the task states has a visible case: defaults, top-k, ties, greedy at T = 0 (a
+    # one-hot row even where maxima tie), and k >= V keeping everything.
     cases = [
         case(3, 7, 1.0, None, defaults=True),
         case(4, 10, 0.7, 3),
         case(0, 0, 1.5, 2, tied=True),
         case(5, 6, 0.0, None),
         case(2, 5, 0.9, 12),
+        case(0, 0, 0.0, None, tied=True),
     ]
     if thorough:
         cases += [
@@ -568,6 +639,12 @@ next_token_probs = Exercise(
             "temperature 0 divides by zero: T = 0 (and top_k = 1) means greedy decoding, a "
             "one-hot row at the argmax.",
             _probs_no_greedy,
+        ),
+        Mistake(
+            "tiny-temperature",
+            "T = 0 is greedy decoding, a one-hot row at the argmax: dividing by a tiny T instead "
+            "shares the probability between tied maxima; return the one-hot row when T = 0.",
+            _probs_tiny_temperature,
         ),
         *TOP_P_MISTAKES,
     ],

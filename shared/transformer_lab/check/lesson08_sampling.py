@@ -98,6 +98,19 @@ def _sample_softmax_of_probs(logits, temperature=1.0, top_k=None, generator=None
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def _sample_int32(logits, temperature=1.0, top_k=None, generator=None):
+    probs = _true_probs(logits, temperature, top_k).float()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1).int()
+
+
+def _sample_reseeds(logits, temperature=1.0, top_k=None, generator=None):
+    """Reseeds the global generator from generator.initial_seed(): every call draws the same."""
+    if generator is not None:
+        torch.manual_seed(generator.initial_seed())
+    probs = _true_probs(logits, temperature, top_k).float()
+    return torch.multinomial(probs, 1).squeeze(-1)
+
+
 # (label, logits rows (B, V) as a list, temperature, top_k, sampled?) — a sampled case repeats its
 # single row N times; a greedy case must return exactly the argmax of each row.
 _ROW_A = [2.0, 1.0, 0.5, 0.0, -0.5, -1.0]
@@ -163,10 +176,6 @@ def _draws_problem(got, B: int, V: int, device) -> str | None:
     return None
 
 
-def _shape_of(got):
-    return tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-
-
 def _cuda_indices(device: torch.device) -> list[int]:
     if device.type != "cuda":
         return []
@@ -200,7 +209,7 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
         logits = torch.randn(*rows, generator=g, dtype=torch.float64) + 1000.0
         got = draw(logits.to(device, dtype))
         problem = _draws_problem(got, rows[0], rows[1], device)
-        return Finding(problem, case, "shape", ("shape", _shape_of(got))) if problem else None
+        return Finding(problem, case, "shape", ("shape", problem)) if problem else None
     if kind == "greedy":
         g = torch.Generator().manual_seed(seed)
         logits = torch.randn(*rows, generator=g, dtype=torch.float64).to(device, dtype)
@@ -208,7 +217,7 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
         expected = logits.argmax(dim=-1)
         problem = _draws_problem(got, rows[0], rows[1], device)
         if problem:
-            return Finding(problem, case, "shape", ("shape", _shape_of(got)))
+            return Finding(problem, case, "shape", ("shape", problem))
         if not torch.equal(got, expected):
             problem = (
                 f"with temperature={temperature}, top_k={top_k} the result must be the argmax of "
@@ -224,7 +233,7 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
     got = draw(logits)
     problem = _draws_problem(got, N, V, device)
     if problem:
-        return Finding(problem, case, "shape", ("shape", _shape_of(got)))
+        return Finding(problem, case, "shape", ("shape", problem))
     freq = torch.bincount(got.cpu(), minlength=V).double() / N
     impossible = (p == 0) & (freq > 0)
     if impossible.any():
@@ -259,6 +268,24 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
             "from `generator`, not from torch's global random state"
         )
         return Finding(problem, case, "reproducible", ("reproducible", None))
+    # ...and a generator's state moves on: two calls with one generator draw different tokens
+    # (all N = 20,000 alike happens to a correct sampler with probability far below 1e-100).
+    generator = _new_generator(device, seed)
+    first, again = (
+        call(lambda: fn(logits.clone(), temperature, top_k, generator), "your function", case)
+        for _ in range(2)
+    )
+    if (
+        isinstance(first, torch.Tensor)
+        and isinstance(again, torch.Tensor)
+        and torch.equal(first, again)
+    ):
+        problem = (
+            f"two calls with one generator drew the same {N:,} tokens: the draws must come from "
+            "the generator's state, which moves on with each draw (torch.multinomial(probs, 1, "
+            "generator=generator)); do not reseed anything from it"
+        )
+        return Finding(problem, case, "repeats", ("repeats", None))
     return None
 
 
@@ -270,7 +297,7 @@ def _sample_matches(mine, theirs) -> bool:
         return (a - b).abs().max().item() <= 2 * _sample_tolerance()
     if tag == "greedy":
         return torch.equal(a, b)
-    return a == b  # "shape": the shapes; "reproducible": None == None
+    return a == b  # "shape": the shapes; "reproducible", "repeats": None == None
 
 
 sample_next = Exercise(
@@ -326,6 +353,20 @@ sample_next = Exercise(
             "the probabilities went through a second softmax, which flattens them: draw from "
             "next_token_probs(...) as it is.",
             _sample_softmax_of_probs,
+        ),
+        Mistake(
+            "int32",
+            "the ids were cast to another dtype: token ids are torch.long (int64), as "
+            "torch.multinomial returns them and nn.Embedding and F.cross_entropy expect; do not "
+            "cast them.",
+            _sample_int32,
+        ),
+        Mistake(
+            "reseeds",
+            "each call reseeds torch's global generator from generator.initial_seed(), so every "
+            "call draws the same tokens (and the program's own random state is reset): draw with "
+            "torch.multinomial(probs, 1, generator=generator) and touch no seed.",
+            _sample_reseeds,
         ),
     ],
     driver=TrialDriver(

@@ -65,6 +65,17 @@ def _flops_wte_counted(model, batch_size, block_size, n_steps):
     return 6 * n * batch_size * block_size * n_steps
 
 
+def _flops_predictions(model, batch_size, block_size, n_steps):
+    """D counts the block_size - 1 positions that have a target, not every token."""
+    return 6 * _non_embedding(model) * batch_size * (block_size - 1) * n_steps
+
+
+def _flops_tensor_count(model, batch_size, block_size, n_steps):
+    """N counts parameter tensors, not the numbers they hold."""
+    n = sum(1 for name, _ in model.named_parameters() if not name.startswith(("wte", "wpe")))
+    return 6 * n * batch_size * block_size * n_steps
+
+
 def _flops_blocks_only(model, batch_size, block_size, n_steps):
     n = sum(p.numel() for p in model.blocks.parameters())
     return 6 * n * batch_size * block_size * n_steps
@@ -205,6 +216,18 @@ training_flops = Exercise(
             "N counted only the blocks: the final LayerNorm ln_f is a parameter outside the "
             "embeddings too.",
             _flops_blocks_only,
+        ),
+        Mistake(
+            "predictions",
+            "D counts block_size - 1 predictions per window: every token of the window runs "
+            "forward and backward, so D = batch_size · block_size · n_steps.",
+            _flops_predictions,
+        ),
+        Mistake(
+            "tensor-count",
+            "N counted the parameter tensors, not the numbers in them: add up p.numel() for "
+            "every parameter outside the embeddings.",
+            _flops_tensor_count,
         ),
     ],
     driver=ExactDriver(_calls, covered="N, D and the FLOPs exactly", describe=_describe),

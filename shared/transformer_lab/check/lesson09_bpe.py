@@ -111,6 +111,11 @@ def _learn_no_recount(word_counts, n_merges):
     return _learn(word_counts, n_merges, recount=False)
 
 
+def _learn_joined(word_counts, n_merges):
+    """Records each merge as its new symbol a + b, not as the pair (a, b)."""
+    return ["".join(pair) for pair in _learn(word_counts, n_merges)]
+
+
 def _learn_string_replace(word_counts, n_merges):
     """Each word kept as its symbols joined by spaces, a merge applied with str.replace: "a bc"
     holds the text "b c" too, and a merge of ('b', 'c') glues symbols it should not."""
@@ -184,7 +189,11 @@ def _as_pairs(result):
 
 
 def _same_merges(got, expected) -> bool:
-    return _as_pairs(got) == [tuple(p) for p in expected]
+    """The same pairs; results that are not pairs (a mistake's joined strings) compare as they are."""
+    pairs = _as_pairs(got)
+    if pairs is None or _as_pairs(expected) is None:
+        return got == expected
+    return pairs == [tuple(p) for p in expected]
 
 
 def _describe_merges(expected, got) -> str:
@@ -240,6 +249,12 @@ learn_bpe = Exercise(
             "str.replace): in 'ab c' the text 'b c' is found though 'b' is part of the symbol "
             "'ab'; merge in the list of symbols, pair by pair.",
             _learn_string_replace,
+        ),
+        Mistake(
+            "joined-symbols",
+            "a merge is recorded as the pair (a, b), not as the new symbol a + b: the pair says "
+            "which two symbols to join ('e' + 'st' and 'es' + 't' both give 'est').",
+            _learn_joined,
         ),
         Mistake(
             "no-recount",
@@ -300,6 +315,36 @@ def _encode_leftmost(word, ranks):
 
 def _encode_once(word, ranks):
     return _encode(word, ranks, once=True)
+
+
+def _encode_empty_word(word, ranks):
+    return [word] if len(word) < 2 else _encode(word, ranks)
+
+
+def _encode_unranked_wins(word, ranks):
+    """min() over every adjacent pair with ranks.get(pair, 0): an unranked pair ties rank 0."""
+    symbols = list(word)
+    while len(symbols) > 1:
+        best = min(zip(symbols, symbols[1:]), key=lambda p: ranks.get(p, 0))
+        if best not in ranks:
+            break
+        symbols = _merge(symbols, best)
+    return symbols
+
+
+def _encode_keeps_second(word, ranks):
+    """After a merge the walk moves on by one symbol: the pair's second symbol stays as well."""
+    symbols = list(word)
+    for _ in range(2 * len(word)):
+        ranked = [p for p in zip(symbols, symbols[1:]) if p in ranks]
+        if not ranked:
+            break
+        a, b = min(ranked, key=ranks.__getitem__)
+        symbols = [
+            a + b if i + 1 < len(symbols) and (s, symbols[i + 1]) == (a, b) else s
+            for i, s in enumerate(symbols)
+        ]
+    return symbols
 
 
 def _encode_joined(word, ranks):
@@ -375,6 +420,24 @@ bpe_encode = Exercise(
             "repeat: after a merge, look at the new adjacent pairs and merge again, until no "
             "adjacent pair has a rank.",
             _encode_once,
+        ),
+        Mistake(
+            "empty-word",
+            "the empty word has no characters, so no pieces: return [] (start from list(word)), "
+            "not [''].",
+            _encode_empty_word,
+        ),
+        Mistake(
+            "unranked-wins",
+            "a pair without a rank was chosen (ranks.get(pair, 0) ranks it first) and the loop "
+            "stopped: choose only among the pairs in ranks (or default to float('inf')).",
+            _encode_unranked_wins,
+        ),
+        Mistake(
+            "keeps-second",
+            "after merging a pair, skip both of its symbols (i += 2): its second symbol is part "
+            "of the new one and must not stay on its own.",
+            _encode_keeps_second,
         ),
         Mistake(
             "joined",

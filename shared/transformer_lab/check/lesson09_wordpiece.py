@@ -36,19 +36,26 @@ def _wp(
     first="",
     partial_unk=False,
     limit=True,
+    unk_each=False,
+    shortest_tried=1,
 ):
     """The algorithm with switches, each switch one catalogued mistake."""
     if limit and len(word) > max_chars_per_word:
         return [unk_token]
     pieces, start = [], 0
     while start < len(word):
-        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
+        low = start + shortest_tried - 1
+        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), low, -1)
         piece = None
         for end in ends:
             candidate = (first if start == 0 else prefix) + word[start:end]
             if candidate in vocab:
                 piece = candidate
                 break
+        if piece is None and unk_each:  # one [UNK] for this character, then go on
+            pieces.append(unk_token)
+            start += 1
+            continue
         if piece is None:
             return pieces + [unk_token] if partial_unk else [unk_token]
         pieces.append(piece)
@@ -70,6 +77,19 @@ def _wp_partial_unk(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
 
 def _wp_prefix_first(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     return _wp(word, vocab, unk_token, max_chars_per_word, first="##")
+
+
+def _wp_unk_each(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, unk_each=True)
+
+
+def _wp_no_single(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, shortest_tried=2)
+
+
+def _wp_unk_string(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    pieces = _wp(word, vocab, unk_token, max_chars_per_word)
+    return unk_token if pieces == [unk_token] else pieces
 
 
 def _wp_limit_inclusive(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
@@ -225,6 +245,24 @@ wordpiece_tokenize = Exercise(
             "a word of exactly max_chars_per_word characters became [unk_token]: only a word "
             "LONGER than the limit does (len(word) > max_chars_per_word, not >=).",
             _wp_limit_inclusive,
+        ),
+        Mistake(
+            "unk-per-character",
+            "when no piece starts at a position, the WHOLE word becomes [unk_token]: do not "
+            "put an [UNK] for that character and go on.",
+            _wp_unk_each,
+        ),
+        Mistake(
+            "no-single-character",
+            "a piece of one character is never tried: the candidate ends run from len(word) "
+            "down to start + 1 included (range(len(word), start, -1)).",
+            _wp_no_single,
+        ),
+        Mistake(
+            "bare-unk",
+            "the result is always a list of pieces, an unknown word's too ([unk_token]): return "
+            "the list itself, not the bare string unk_token or the pieces joined into a string.",
+            _wp_unk_string,
         ),
     ],
     driver=TrialDriver(_wordpiece_cases, _wordpiece_trial, covered="every word, exact pieces"),

@@ -225,6 +225,13 @@ def _infilling_suite(fn: Callable, thorough: bool, call: Callable = direct) -> i
                         + (_FOLD_HINT if fold else "")
                         + f" (input {doc.tolist()}, output {out_list})",
                     )
+                if round(p * L) == 0 and doc.numel() and out.data_ptr() == doc.data_ptr():
+                    raise Broken(
+                        "not a copy",
+                        f"{label}: nothing is to be removed, and the tensor returned is the input "
+                        "itself (or a view of it): return a copy, tokens.clone(), so that changing "
+                        "the noised document cannot change the clean one",
+                    )
                 if round(p * L) == 0 and out_list != doc.tolist():
                     raise Broken(
                         "p0",
@@ -380,6 +387,20 @@ def _infill_interior_only(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     return _place_spans(tokens, mask_id, lengths, generator, gaps=interior)
 
 
+def _infill_fixed_dtype(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """Rebuilds the result with torch.tensor(list): int64 whatever the input's dtype."""
+    lengths = _poisson_lengths(round(p * len(tokens)), lam, generator)
+    out = _place_spans(tokens, mask_id, lengths, generator)
+    return torch.tensor(out.tolist(), dtype=torch.long, device=tokens.device)
+
+
+def _infill_returns_input(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    if round(p * len(tokens)) == 0:
+        return tokens  # the input itself, not a copy
+    lengths = _poisson_lengths(round(p * len(tokens)), lam, generator)
+    return _place_spans(tokens, mask_id, lengths, generator)
+
+
 def _infill_global_rng(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     lengths = _poisson_lengths(round(p * len(tokens)), lam, None)  # the generator is ignored
     return _place_spans(tokens, mask_id, lengths, None)
@@ -439,6 +460,18 @@ text_infilling = Exercise(
             "generator, Python's random or NumPy was used): pass generator=generator to "
             "torch.poisson / torch.randperm / torch.rand so a seed reproduces the noise.",
             _infill_global_rng,
+        ),
+        Mistake(
+            "fixed-dtype",
+            "the result is rebuilt with a fixed dtype (torch.tensor(list) gives int64): keep the "
+            "input's dtype, tokens.new_tensor(list) or torch.cat of slices of tokens.",
+            _infill_fixed_dtype,
+        ),
+        Mistake(
+            "returns-input",
+            "with nothing to remove (round(p * L) = 0) you returned the input tensor itself: "
+            "return a copy, tokens.clone(), as the task asks.",
+            _infill_returns_input,
         ),
     ],
     driver=suite_driver(_infilling_suite, "structure, reproducibility and span statistics"),

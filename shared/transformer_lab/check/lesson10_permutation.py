@@ -89,6 +89,12 @@ def _permutation_structure(doc: list[int], out: list[int], eos_id: int, label: s
     sentences = _pieces(doc, eos_id)
     has_rest = bool(doc) and doc[-1] != eos_id
     rest = sentences.pop() if has_rest else ()
+    if rest and len(out) == len(doc) - len(rest) and _is_arrangement(out, sentences):
+        raise Broken(
+            "tail dropped",
+            f"{label}: the unfinished last sentence {list(rest)} (no {eos_id} at its end) is "
+            f"missing: it stays at the end of the output. Input {doc}, output {out}",
+        )
     if len(out) != len(doc):
         raise Broken(
             "length",
@@ -144,12 +150,16 @@ def _permutation_suite(fn: Callable, thorough: bool, call: Callable = direct) ->
                 out_list = require_ids(out, doc, label)
                 _permutation_structure(doc.tolist(), out_list, eos_id, label)
                 n_calls += 1
-    if thorough:  # a document of boundary tokens only: every sentence is a lone eos
-        doc = torch.tensor([EOS, EOS, EOS])
-        label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
-        out = require_ids(run(label, doc, EOS, generator=gen(0)), doc, label)
-        if out != doc.tolist():
-            raise Broken("length", f"{label}: got {out}, expected {doc.tolist()}")
+    # a document of boundary tokens only (visible too): every sentence is a lone eos_id
+    doc = torch.tensor([EOS, EOS, EOS])
+    label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
+    out = require_ids(run(label, doc, EOS, generator=gen(0)), doc, label)
+    if out != doc.tolist():
+        raise Broken(
+            "lone eos" if len(out) < len(doc) else "length",
+            f"{label}: got {out}, expected {doc.tolist()}: a lone {EOS} is a sentence of its "
+            "own (empty, with its boundary) and is kept",
+        )
     doc = _sentence_doc(5, 5, 2)
     label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
     n_calls += reproducible(call, label, lambda g: fn(doc, EOS, generator=g))
@@ -199,6 +209,23 @@ def _perm_cut_before(tokens, eos_id, generator=None):
     pieces = [tokens.new_tensor(p) for p in _pieces(tokens.tolist(), eos_id, before=True)]
     order = torch.randperm(len(pieces), generator=generator).tolist()
     return torch.cat([pieces[i] for i in order]) if pieces else tokens.clone()
+
+
+def _perm_drops_tail(tokens, eos_id, generator=None):
+    """Shuffles the finished sentences and forgets the unfinished tail."""
+    sentences = _pieces(tokens.tolist(), eos_id)
+    if tokens.numel() and tokens[-1] != eos_id:
+        sentences.pop()
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    return tokens.new_tensor([t for i in order for t in sentences[i]])
+
+
+def _perm_lone_eos_dropped(tokens, eos_id, generator=None):
+    """Drops the empty sentences (a lone eos_id vanishes) before shuffling."""
+    sentences = [s for s in _pieces(tokens.tolist(), eos_id) if s != (eos_id,)]
+    rest = sentences.pop() if tokens.numel() and tokens[-1] != eos_id else ()
+    order = torch.randperm(len(sentences), generator=generator).tolist()
+    return tokens.new_tensor([t for i in order for t in sentences[i]] + list(rest))
 
 
 def _perm_sattolo(tokens, eos_id, generator=None):
@@ -255,6 +282,18 @@ sentence_permutation = Exercise(
             "the document was cut before each eos_id, so a boundary token travels with the "
             "next sentence: cut just after each eos_id (a sentence ends with its boundary).",
             _perm_cut_before,
+        ),
+        Mistake(
+            "tail-dropped",
+            "the unfinished last sentence (the tokens after the last eos_id) was dropped: it is "
+            "kept, unshuffled, at the end.",
+            _perm_drops_tail,
+        ),
+        Mistake(
+            "lone-eos-dropped",
+            "a lone eos_id (an empty sentence) was dropped: it is a sentence of its own, kept "
+            "and shuffled like the others, so the output has the input's length.",
+            _perm_lone_eos_dropped,
         ),
         Mistake(
             "cyclic-orders",

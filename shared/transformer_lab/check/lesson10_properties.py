@@ -168,6 +168,7 @@ def binomial_band(n: int, q: float, alpha: float) -> tuple[int, int]:
 
 def uniform_cells(counts: Counter, cells: list, n: int, what: str, label: str, zero_key, key):
     """Every cell of a uniform distribution must come out, within its exact binomial band.
+    `key` names a failure: a str, or key(lo, hi) of the band (to tell which way it failed).
 
     Each of the k cells is Binomial(n, 1/k); with a band of level FALSE_FAILURE / k per cell, a
     union bound puts the chance that a correct implementation fails under FALSE_FAILURE.
@@ -185,7 +186,7 @@ def uniform_cells(counts: Counter, cells: list, n: int, what: str, label: str, z
     for cell in cells:
         if not lo <= counts.get(cell, 0) <= hi:
             raise Broken(
-                key,
+                key(lo, hi) if callable(key) else key,
                 f"{label}: over {n} seeded calls the {k} possible {what}s are not equally "
                 f"likely: each should come out {lo}..{hi} times, got {table}",
             )

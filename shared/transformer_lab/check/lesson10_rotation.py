@@ -73,14 +73,31 @@ def _rotation_suite(fn: Callable, thorough: bool, call: Callable = direct) -> in
     doc = distinct_doc(9, 12)
     label = f"document_rotation(tokens={doc.tolist()})"
     n_calls += reproducible(call, label, lambda g: fn(doc, generator=g))
-    require_ids(run(label + " with generator=None", doc), doc, label)
     outs = {tuple(run(label, doc, generator=gen(s)).tolist()) for s in range(20)}
     n_calls += 20
+    if outs == {tuple(doc.tolist())}:  # 20 seeds, 12 starts: all k = 0 with chance 12^-20
+        raise Broken(
+            "unchanged",
+            f"{label}: 20 different seeds all gave the document back unchanged: the rotation is "
+            "tokens[k:] followed by tokens[:k] (tokens[:k] then tokens[k:] is the input again)",
+        )
     if len(outs) == 1:  # 20 seeds, 12 starts: all equal with chance 12^-19
         raise Broken(
             "constant",
             f"{label}: 20 different seeds all gave the same result {list(outs.pop())}: the start "
             "must be drawn at random, k uniform in 0 .. L-1",
+        )
+    # generator=None draws from torch's global generator, whose state moves on: not every call
+    # the same rotation (10 calls all alike: chance 12^-9 for a correct implementation)
+    nones = {
+        tuple(require_ids(run(label + " with generator=None", doc), doc, label)) for _ in range(10)
+    }
+    if len(nones) == 1:
+        raise Broken(
+            "constant without generator",
+            f"{label} with generator=None: 10 calls all gave the same result {list(nones.pop())}: "
+            "without a generator, draw k from torch's global generator (torch.randint(L, (), "
+            "generator=None)), not from a new torch.Generator(), whose seed is always the same",
         )
     # k from 0..L (a common slip) makes k = 0 twice as likely: at L = 4 and 1600 draws it comes
     # out ~640 times, 7 of its standard deviations above the band (tests/checks/test_lesson10.py)
@@ -99,8 +116,14 @@ def _rotation_suite(fn: Callable, thorough: bool, call: Callable = direct) -> in
             n_draws,
             "start k =",
             label,
-            zero_key=lambda k: "start 0" if k == 0 else "unreachable",
-            key="uniform",
+            zero_key=lambda k, L=L, counts=counts: (
+                "start 0"
+                if k == 0
+                else "last start"  # the only one missing: randint's high end read as inclusive
+                if k == L - 1 and all(counts[c] for c in range(L - 1))
+                else "unreachable"
+            ),
+            key=lambda lo, hi, counts=counts: "uniform" if counts[0] > hi else "uneven",
         )
     return n_calls
 
@@ -127,6 +150,40 @@ def _rot_drops_a_token(tokens, generator=None):
         return tokens.clone()
     k = int(torch.randint(len(tokens), (), generator=generator))
     return torch.cat([tokens[k + 1 :], tokens[:k]]) if k + 1 < len(tokens) else tokens[:k].clone()
+
+
+def _rot_fixed_dtype(tokens, generator=None):
+    """Rotates a Python list and converts back with torch.tensor: int64 always."""
+    k = int(torch.randint(max(len(tokens), 1), (), generator=generator))
+    ids = tokens.tolist()
+    return torch.tensor(ids[k:] + ids[:k], dtype=torch.long, device=tokens.device)
+
+
+def _rot_high_inclusive(tokens, generator=None):
+    """torch.randint(0, L - 1), its high end read as inclusive: k = L - 1 never comes out."""
+    k = int(torch.randint(max(len(tokens) - 1, 1), (), generator=generator))
+    return torch.cat([tokens[k:], tokens[:k]])
+
+
+def _rot_cat_order(tokens, generator=None):
+    """Joins tokens[:k] then tokens[k:]: the document unchanged, whatever k."""
+    k = int(torch.randint(max(len(tokens), 1), (), generator=generator))
+    return torch.cat([tokens[:k], tokens[k:]])
+
+
+def _rot_rounded(tokens, generator=None):
+    """k = round(u * (L - 1)): the first and last starts come out half as often as the others."""
+    if len(tokens) == 0:
+        return tokens.clone()
+    k = round(torch.rand((), generator=generator).item() * (len(tokens) - 1))
+    return torch.cat([tokens[k:], tokens[:k]])
+
+
+def _rot_fresh_generator(tokens, generator=None):
+    """generator=None replaced by torch.Generator(): its fixed default seed repeats every call."""
+    generator = torch.Generator() if generator is None else generator
+    k = int(torch.randint(max(len(tokens), 1), (), generator=generator))
+    return torch.cat([tokens[k:], tokens[:k]])
 
 
 def _rot_global_rng(tokens, generator=None):
@@ -171,6 +228,37 @@ document_rotation = Exercise(
             "the random numbers do not come from the `generator` argument: pass "
             "generator=generator to torch.randint so a seed reproduces the rotation.",
             _rot_global_rng,
+        ),
+        Mistake(
+            "fixed-dtype",
+            "the result is rebuilt with a fixed dtype (torch.tensor(list) gives int64): keep the "
+            "input's dtype, torch.cat of slices of tokens (or torch.roll).",
+            _rot_fixed_dtype,
+        ),
+        Mistake(
+            "high-inclusive",
+            "the last start k = L - 1 never comes out: draw k with torch.randint(0, L, ...), whose "
+            "high end is exclusive, not torch.randint(0, L - 1, ...) or int(u * (L - 1)).",
+            _rot_high_inclusive,
+        ),
+        Mistake(
+            "cat-order",
+            "the two pieces are joined in the wrong order: tokens[:k] followed by tokens[k:] is "
+            "the document unchanged; return torch.cat([tokens[k:], tokens[:k]]).",
+            _rot_cat_order,
+        ),
+        Mistake(
+            "rounded",
+            "k = round(u * (L - 1)) gives the first and the last start half the chance of the "
+            "others: draw k uniformly from 0 .. L-1 with torch.randint(L, (), generator=...).",
+            _rot_rounded,
+        ),
+        Mistake(
+            "fresh-generator",
+            "with generator=None you made a new torch.Generator(), whose seed is always the "
+            "same, so every call rotates alike: pass generator=None on to torch.randint, which "
+            "then draws from torch's global generator.",
+            _rot_fresh_generator,
         ),
     ],
     driver=suite_driver(

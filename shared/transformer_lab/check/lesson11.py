@@ -83,6 +83,16 @@ def _patchify_crops(images, patch_size):
     return _patchify_unchecked(images[:, :, : H - H % p, : W - W % p], p)
 
 
+def _patchify_vague_error(images, patch_size):
+    """Rejects indivisible sizes with a ValueError that does not say which sizes."""
+    _, _, H, W = images.shape
+    if H % patch_size or W % patch_size:
+        raise ValueError("the image size is not a multiple of the patch size")
+    B, C, rows, cols, p = *images.shape[:2], H // patch_size, W // patch_size, patch_size
+    x = images.reshape(B, C, rows, p, cols, p).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(B, rows * cols, C * p * p)
+
+
 def _patchify_unchecked(images, patch_size):
     """No divisibility check: an indivisible image fails inside reshape with a RuntimeError."""
     p = patch_size
@@ -195,7 +205,11 @@ def _indivisible_rejects(thorough: bool) -> list[Reject]:
             if size % p
         )
         label = f"images {shape}, patch_size={p} ({bad})"
-        rejects.append(Reject(label, lambda impl, x=images, p=p: impl(images=x, patch_size=p)))
+        # the text asks for a message naming the sizes: the size at fault and p
+        names = tuple(dict.fromkeys(str(n) for n in (*(s for s in (H, W) if s % p), p)))
+        rejects.append(
+            Reject(label, lambda impl, x=images, p=p: impl(images=x, patch_size=p), names)
+        )
     return rejects
 
 
@@ -276,6 +290,12 @@ patchify = Exercise(
             "with a ValueError raised by your own check (if H % p or W % p: raise "
             "ValueError(...)); yours fails later with an error that does not say what is wrong.",
             _patchify_unchecked,
+        ),
+        Mistake(
+            "vague-error",
+            "the ValueError must say what is wrong: name the size that is not a multiple and "
+            'patch_size in its message, e.g. f"height {H} is not a multiple of patch_size={p}".',
+            _patchify_vague_error,
         ),
     ],
     driver=CustomDriver(_check_patchify),

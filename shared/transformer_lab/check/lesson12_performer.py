@@ -33,8 +33,10 @@ def _features_bug(bug: str):
             "no-half": squared,
             "norm-not-squared": squared.sqrt() / 2,
         }.get(bug, squared / 2)
-        features = torch.exp(x @ omega.T - norm_term)
         m, d = omega.shape
+        if bug == "norm-outside":  # exp(ω·x) / √m − |x|²/2: the norm term outside the exp
+            return torch.exp(x @ omega.T) / math.sqrt(m) - squared / 2
+        features = torch.exp(x @ omega.T - norm_term)
         divisor = {"no-sqrt-m": 1.0, "divided-by-m": m, "sqrt-d": math.sqrt(d)}
         return features / divisor.get(bug, math.sqrt(m))
 
@@ -161,6 +163,12 @@ positive_random_features = Exercise(
             "the features are divided by √d (the head size), not √m (the number of directions, "
             "omega.shape[0]).",
             _features_bug("sqrt-d"),
+        ),
+        Mistake(
+            "norm-outside",
+            "−|x|²/2 was subtracted outside the exponential: it belongs inside, "
+            "exp(ω·x − |x|²/2) / √m (the features are then all positive).",
+            _features_bug("norm-outside"),
         ),
     ],
     driver=CustomDriver(_check),

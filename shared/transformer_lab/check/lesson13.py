@@ -138,6 +138,37 @@ class _TransformersOnceImported(tuple):
         return iter([n for n in names if loaded or not n.startswith("transformers.")])
 
 
+def _second_unscaled(image_features, text_features, logit_scale):
+    """logits_per_text built again as t @ iᵀ, without exp(logit_scale)."""
+    logits = _logits(image_features, text_features, logit_scale)
+    per_text = _unit(text_features) @ _unit(image_features).T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(per_text, labels)) / 2
+
+
+def _one_side_unit(image_features, text_features, logit_scale, side):
+    image = _unit(image_features) if side == "image" else image_features
+    text = _unit(text_features) if side == "text" else text_features
+    logits = logit_scale.exp() * image @ text.T
+    labels = _labels(logits)
+    return (_cross_entropy(logits, labels) + _cross_entropy(logits.T, labels)) / 2
+
+
+def _text_not_unit(image_features, text_features, logit_scale):
+    return _one_side_unit(image_features, text_features, logit_scale, "image")
+
+
+def _image_not_unit(image_features, text_features, logit_scale):
+    return _one_side_unit(image_features, text_features, logit_scale, "text")
+
+
+def _log_of_softmax(image_features, text_features, logit_scale):
+    logits = _logits(image_features, text_features, logit_scale)
+    per_image = -logits.softmax(dim=1).diagonal().log().mean()
+    per_text = -logits.softmax(dim=0).diagonal().log().mean()
+    return (per_image + per_text) / 2
+
+
 def _clip_loss_cases(thorough: bool) -> list[Case]:
     def case(B, d, t, spread=3.0, label=""):
         def make(g):
@@ -268,6 +299,30 @@ clip_loss = Exercise(
             "the loss takes the scale as given, logits = exp(logit_scale) · cosine similarities.",
             _scale_clamped,
         ),
+        Mistake(
+            "second-unscaled",
+            "the text-to-image logits lack the scale: they are the transpose of the same "
+            "logits, exp(logit_scale) · cosines (logits.T), not t @ iᵀ again.",
+            _second_unscaled,
+        ),
+        Mistake(
+            "text-not-unit",
+            "the text features are not normalised: both sides go to unit length "
+            "(F.normalize(..., dim=-1)) before the similarities.",
+            _text_not_unit,
+        ),
+        Mistake(
+            "image-not-unit",
+            "the image features are not normalised: both sides go to unit length "
+            "(F.normalize(..., dim=-1)) before the similarities.",
+            _image_not_unit,
+        ),
+        Mistake(
+            "log-of-softmax",
+            "log(softmax(...)) underflows to log 0 = -inf once the scaled logits are large: use "
+            "log_softmax (or the cross-entropy, which takes it).",
+            _log_of_softmax,
+        ),
     ],
     driver=FunctionDriver(_clip_loss_cases, outputs=("loss",)),
     doc="clip_loss(image_features, text_features, logit_scale) -> loss",
@@ -328,6 +383,24 @@ def _zs_no_softmax(image_features, class_features, logit_scale):
 
 def _zs_first_prompt_only(image_features, class_features, logit_scale):
     return _zs(_unit(image_features), _unit(class_features[:, 0]), logit_scale)
+
+
+def _zs_class_norm_axis(image_features, class_features, logit_scale):
+    """The averaged class vectors normalised over dim 0, across the classes."""
+    classes = _unit(class_features).mean(dim=1)
+    return _zs(_unit(image_features), classes / classes.norm(dim=0, keepdim=True), logit_scale)
+
+
+def _zs_log_probs(image_features, class_features, logit_scale):
+    classes = _unit(_unit(class_features).mean(dim=1))
+    return (logit_scale.exp() * _unit(image_features) @ classes.T).log_softmax(dim=-1)
+
+
+def _zs_read_as_pkd(image_features, class_features, logit_scale):
+    """The (K, P, d) tensor reshaped as (P, K, d), then averaged over its first axis."""
+    K, P, d = class_features.shape
+    classes = _unit(_unit(class_features.reshape(P, K, d)).mean(dim=0))
+    return _zs(_unit(image_features), classes, logit_scale)
 
 
 def _zero_shot_cases(thorough: bool) -> list[Case]:
@@ -427,6 +500,24 @@ zero_shot_classify = Exercise(
             "those are the logits, exp(t) · cos: the probabilities are their softmax over the "
             "classes, softmax(logits, dim=-1).",
             _zs_no_softmax,
+        ),
+        Mistake(
+            "class-norm-axis",
+            "each class vector is normalised over dim 0, across the classes: normalise each "
+            "averaged class vector over its features (dim=-1).",
+            _zs_class_norm_axis,
+        ),
+        Mistake(
+            "log-probs",
+            "those are log-probabilities (log_softmax): return the probabilities, "
+            "softmax(logits, dim=-1).",
+            _zs_log_probs,
+        ),
+        Mistake(
+            "read-as-pkd",
+            "class_features is (K, P, d), one row of P prompts per class: average over dim 1 "
+            "(the prompts), do not reshape it as (P, K, d).",
+            _zs_read_as_pkd,
         ),
     ],
     driver=FunctionDriver(_zero_shot_cases, outputs=("probs",)),

@@ -56,15 +56,19 @@ instructor-lab: $(STAMP)
 	JUPYTER_CONFIG_PATH="$(CURDIR)/autograder$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	  $(JUPYTER_LAB)
 
-# Two workers, one torch thread each (more threads than cores slows tiny models down badly);
-# --dist loadfile keeps each file's expensive fixtures (e.g. one autograde run) on one worker.
+# Three workers on CI's two cores, one torch thread each (more threads than cores slows tiny
+# models down badly). With two, a third of the CPU sat idle (56 CPU-min in 42.5 min: grading tests
+# wait on kernels, sandboxes, timeouts and browsers). --dist loadfile keeps each file's expensive
+# fixtures (e.g. one autograde run) on one worker.
+TEST_JOBS ?= 3
+
 test: $(STAMP)
 	@command -v bwrap >/dev/null || { echo "make test grades hostile notebooks in a bubblewrap box:" \
 	  "install it first (Debian/Ubuntu: sudo apt-get install bubblewrap; .ci/run does)" >&2; exit 1; }
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check shared tests benchmarks autograder lectures solutions book
 	HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
-	  $(PY) -m pytest -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
+	  $(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The browser walk of every lesson (tests/notebooks/test_browser_walk.py, issue 29): each exercise
 # untouched, with a wrong answer per check, then solved; each lecture and its sliders; in JupyterLab

@@ -342,9 +342,7 @@ def sample_next_inverse_cdf(logits, temperature=1.0, top_k=None, generator=None)
     """Right: inverse-CDF sampling, searchsorted of a uniform draw in the cumulative sum."""
     probs = next_token_probs_masks(logits, temperature, top_k).to(torch.float64)
     cdf = probs.cumsum(-1)
-    u = torch.rand(
-        probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64
-    )
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
     ids = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
     return ids.squeeze(-1).clamp(max=probs.shape[-1] - 1).long()
 
@@ -568,9 +566,7 @@ def training_flops_by_identity(model, batch_size, block_size, n_steps):
 def training_flops_state_dict(model, batch_size, block_size, n_steps):
     """Wrong: counts from state_dict(), so the tied lm_head.weight is counted as a parameter."""
     n = sum(
-        t.numel()
-        for name, t in model.state_dict().items()
-        if not name.startswith(("wte.", "wpe."))
+        t.numel() for name, t in model.state_dict().items() if not name.startswith(("wte.", "wpe."))
     )
     return 6 * n * batch_size * block_size * n_steps
 
@@ -608,16 +604,16 @@ def training_flops_embed_substring(model, batch_size, block_size, n_steps):
 def training_flops_skips_head_not_wte(model, batch_size, block_size, n_steps):
     """Wrong: leaves out wpe and lm_head, but keeps wte in N."""
     n = sum(
-        p.numel()
-        for name, p in model.named_parameters()
-        if not name.startswith(("wpe", "lm_head"))
+        p.numel() for name, p in model.named_parameters() if not name.startswith(("wpe", "lm_head"))
     )
     return 6 * n * batch_size * block_size * n_steps
 
 
 # ---------------------------------------------------------------- practice_transformers
 
-practice_right = Answer("C", "practice_c", "Right: a learned position table has no row past n_positions.")
+practice_right = Answer(
+    "C", "practice_c", "Right: a learned position table has no row past n_positions."
+)
 practice_right2 = Answer(
     "ABCD"[2], "practice_c_indexed", "Right: the third statement, C, picked by index."
 )

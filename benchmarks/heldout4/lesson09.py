@@ -18,7 +18,9 @@ def _special_mask(tokens, special_ids):
     return torch.isin(tokens, ids)
 
 
-def bert_mask_tokens_two_uniforms(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_two_uniforms(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Right: one uniform to choose, a second for the 80/10/10 split, masked_fill and where."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -35,7 +37,9 @@ def bert_mask_tokens_two_uniforms(tokens, mask_id, vocab_size, p=0.15, generator
     return inputs, labels
 
 
-def bert_mask_tokens_bernoulli_tenths(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_bernoulli_tenths(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Right: torch.bernoulli to choose, a randint(0, 10) to split, boolean-index assignment on a copy."""
     dev = tokens.device
     probs = torch.full(tokens.shape, float(p), device=dev)
@@ -57,7 +61,9 @@ def bert_mask_tokens_bernoulli_tenths(tokens, mask_id, vocab_size, p=0.15, gener
     return inputs, labels
 
 
-def bert_mask_tokens_in_place(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_in_place(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: corrupts tokens itself (no copy) and returns it as the inputs."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -73,7 +79,9 @@ def bert_mask_tokens_in_place(tokens, mask_id, vocab_size, p=0.15, generator=Non
     return tokens, labels
 
 
-def bert_mask_tokens_random_skips_pad(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_random_skips_pad(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: the random replacement is drawn from [1, vocab_size), never id 0."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -89,7 +97,9 @@ def bert_mask_tokens_random_skips_pad(tokens, mask_id, vocab_size, p=0.15, gener
     return inputs, labels
 
 
-def bert_mask_tokens_tenth_of_rest(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_tenth_of_rest(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: of the 20% not masked, a fresh bernoulli(0.1) picks the random ones (2% overall)."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -108,7 +118,9 @@ def bert_mask_tokens_tenth_of_rest(tokens, mask_id, vocab_size, p=0.15, generato
     return inputs, labels
 
 
-def bert_mask_tokens_labels_zero(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_labels_zero(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: the labels of the positions not chosen are 0 instead of -100."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -124,7 +136,9 @@ def bert_mask_tokens_labels_zero(tokens, mask_id, vocab_size, p=0.15, generator=
     return inputs, labels
 
 
-def bert_mask_tokens_int64_random(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_int64_random(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: randint without dtype= gives int64 ids, and torch.where promotes int32 inputs to int64."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -152,7 +166,9 @@ def bert_mask_tokens_fixed_p(tokens, mask_id, vocab_size, p=0.15, generator=None
     return inputs, labels
 
 
-def bert_mask_tokens_bert_mask_id(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_bert_mask_id(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: writes BERT's [MASK] id 103 instead of the mask_id argument."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p

@@ -388,6 +388,8 @@ RIGHT2 = {
     "RNN": RNNUnbindPrealloc,
     "sequential_steps": steps_loop,
     "practice_john": JOHN_RIGHT2,
-    "practice_drop_in": _answer("ECA", "drop_in_right2", "Right: the same letters in another order."),
+    "practice_drop_in": _answer(
+        "ECA", "drop_in_right2", "Right: the same letters in another order."
+    ),
     "practice_lstm": _answer("B", "lstm_right2", "Right: B."),
 }

@@ -12,7 +12,9 @@ def pe_slices(n_positions, d_model):
     """Right: omega from exp(-2k ln(10000) / d), sin into 0::2, cos into 1::2 (cut for odd d)."""
     pe = torch.zeros(n_positions, d_model)
     t = torch.arange(n_positions, dtype=torch.float32)[:, None]
-    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    omega = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
+    )
     pe[:, 0::2] = torch.sin(t * omega)
     pe[:, 1::2] = torch.cos(t * omega)[:, : d_model // 2]
     return pe
@@ -82,7 +84,9 @@ def pe_log10(n_positions, d_model):
     """Wrong: math.log10 where the natural log belongs in exp(-2k log(10000) / d)."""
     pe = torch.zeros(n_positions, d_model)
     t = torch.arange(n_positions, dtype=torch.float32)[:, None]
-    omega = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log10(10000.0) / d_model))
+    omega = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log10(10000.0) / d_model)
+    )
     pe[:, 0::2] = torch.sin(t * omega)
     pe[:, 1::2] = torch.cos(t * omega)[:, : d_model // 2]
     return pe
@@ -139,7 +143,9 @@ class LPESlice(_LPEBase):
         L = x.size(-2)
         end = offset + L
         if end > self.embedding.num_embeddings:
-            raise ValueError(f"sequence needs {end} positions, the table has {self.embedding.num_embeddings}")
+            raise ValueError(
+                f"sequence needs {end} positions, the table has {self.embedding.num_embeddings}"
+            )
         rows = self.embedding.weight[offset:end]
         return x + rows.unsqueeze(0).to(dtype=x.dtype)
 

@@ -41,7 +41,9 @@ def text_infilling(tokens, mask_id, p=0.3, lam=3.0, generator=None):
         return tokens.clone()
     lengths = _span_lengths(n_mask, lam, generator)
     n_gaps = L - n_mask + 1
-    if len(lengths) > n_gaps:  # more spans than gaps: fold the extra lengths into the last kept span
+    if (
+        len(lengths) > n_gaps
+    ):  # more spans than gaps: fold the extra lengths into the last kept span
         lengths = lengths[: n_gaps - 1] + [sum(lengths[n_gaps - 1 :])]
     gaps = torch.randperm(n_gaps, generator=generator)[: len(lengths)].tolist()
     return _layout(tokens, mask_id, dict(zip(gaps, lengths)))

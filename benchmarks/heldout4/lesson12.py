@@ -187,7 +187,11 @@ def tiled_attention_right_einsum(q, k, v, mask=None, block_size=64):
         safe = m_new.masked_fill(torch.isneginf(m_new), 0.0)
         p = (s - safe).exp()
         alpha = (m - safe).exp()
-        out_state = (m_new, alpha * l + p.sum(-1, keepdim=True), alpha * o + torch.einsum("...qk,...kd->...qd", p, vb))
+        out_state = (
+            m_new,
+            alpha * l + p.sum(-1, keepdim=True),
+            alpha * o + torch.einsum("...qk,...kd->...qd", p, vb),
+        )
     if out_state is None:
         shape = torch.broadcast_shapes(q.shape[:-2], v.shape[:-2])
         return q.new_zeros(shape + (q.shape[-2], v.shape[-1]))
@@ -195,9 +199,25 @@ def tiled_attention_right_einsum(q, k, v, mask=None, block_size=64):
     return o / l.clamp(min=1.0)
 
 
-def _tiled(q, k, v, mask, block_size, *, scale=None, rescale_o=True, rescale_l=True,
-           stale=False, local_mask=False, fill=NEG_INF, guard_zero=True, where_div=False,
-           invert=False, drop_tail=False, slice_always=False):
+def _tiled(
+    q,
+    k,
+    v,
+    mask,
+    block_size,
+    *,
+    scale=None,
+    rescale_o=True,
+    rescale_l=True,
+    stale=False,
+    local_mask=False,
+    fill=NEG_INF,
+    guard_zero=True,
+    where_div=False,
+    invert=False,
+    drop_tail=False,
+    slice_always=False,
+):
     """A configurable tiled loop; each wrong version turns one thing off."""
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
@@ -293,7 +313,9 @@ def kv_cache_bytes_right(n_layers, n_heads, d_head, batch, length, dtype_bytes, 
     return 2 * n_layers * kv * d_head * batch * length * dtype_bytes
 
 
-def kv_cache_bytes_right_prod(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+def kv_cache_bytes_right_prod(
+    n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None
+):
     """Right: per-token bytes first, math.prod, int()."""
     heads = n_kv_heads if n_kv_heads is not None else n_heads
     per_token = 2 * n_layers * heads * d_head * dtype_bytes  # K and V, every layer
@@ -394,7 +416,9 @@ def repeat_kv_detached(x, n_rep):
 
 def prf_right(x, omega):
     """Right: exp(x omega^T - |x|^2 / 2) / sqrt(m)."""
-    return torch.exp(x @ omega.T - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(omega.shape[0])
+    return torch.exp(x @ omega.T - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(
+        omega.shape[0]
+    )
 
 
 def prf_right_einsum(x, omega):
@@ -411,13 +435,17 @@ def prf_no_keepdim(x, omega):
 
 def prf_mean_square(x, omega):
     """Wrong: |x|^2 computed as the mean of the squares, not their sum."""
-    return torch.exp(x @ omega.T - (x * x).mean(dim=-1, keepdim=True) / 2) / math.sqrt(omega.shape[0])
+    return torch.exp(x @ omega.T - (x * x).mean(dim=-1, keepdim=True) / 2) / math.sqrt(
+        omega.shape[0]
+    )
 
 
 def prf_quarter_scale(x, omega):
     """Wrong: x first scaled by d^(-1/4) (the Performer attention's habit), not asked here."""
     x = x * x.shape[-1] ** -0.25
-    return torch.exp(x @ omega.T - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(omega.shape[0])
+    return torch.exp(x @ omega.T - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(
+        omega.shape[0]
+    )
 
 
 def prf_norm_not_squared(x, omega):
@@ -432,12 +460,16 @@ def prf_divide_m(x, omega):
 
 def prf_sqrt_d(x, omega):
     """Wrong: divided by sqrt(d) (omega.shape[1]) instead of sqrt(m)."""
-    return torch.exp(x @ omega.T - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(omega.shape[1])
+    return torch.exp(x @ omega.T - (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(
+        omega.shape[1]
+    )
 
 
 def prf_plus_half(x, omega):
     """Wrong: + |x|^2 / 2 (sign flipped, from E[exp(w.x)] = exp(|x|^2 / 2))."""
-    return torch.exp(x @ omega.T + (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(omega.shape[0])
+    return torch.exp(x @ omega.T + (x * x).sum(dim=-1, keepdim=True) / 2) / math.sqrt(
+        omega.shape[0]
+    )
 
 
 WRONG = {

@@ -95,7 +95,10 @@ def test_padding_mask_in_place_is_named_as_such():
     assert key_of(check.padding_mask, lesson06.padding_in_place) == "tokens-changed"
 
 
-def test_mutant_exact_comparison_alone_calls_it_an_inverted_mask():
+def test_mutant_exact_comparison_alone_calls_it_an_inverted_mask(monkeypatch):
+    """The driver as it was: the student given the caller's tokens, no in-place check."""
+    monkeypatch.setattr(drivers, "_own_copies", lambda inputs: inputs)
+    monkeypatch.setattr(drivers, "_require_unchanged", lambda *args, **kwargs: None)
     old = drivers.ExactDriver(
         checks06._padding_cases, equal=checks06._identical, describe=checks06._describe
     )

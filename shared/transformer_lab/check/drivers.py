@@ -18,6 +18,7 @@ patched comparison behaves the same for every driver (tests/grading/test_tamper.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable
@@ -149,8 +150,9 @@ def _own_copies(inputs: dict) -> dict:
     }
 
 
-def _require_unchanged(ex, ref_in: dict, stu_in: dict, text: str) -> None:
-    """An integer or bool input the student's function changed in place fails, named as such."""
+def _require_unchanged(ex, ref_in: dict, stu_in: dict, text: str, mistake=None) -> None:
+    """An integer or bool input the student's function changed in place fails, named as such:
+    by `mistake` where the exercise words it itself, else by the generic sentence."""
     for key, value in stu_in.items():
         if isinstance(value, torch.Tensor) and not value.is_floating_point():
             if not torch.equal(value, ref_in[key]):
@@ -160,7 +162,20 @@ def _require_unchanged(ex, ref_in: dict, stu_in: dict, text: str) -> None:
                     f"{key}[...] = ..."
                 )
                 problem = f"your function changed its input `{key}` in place"
-                fail(ex, problem, text, exercise.Mistake("in-place-input", sentence))
+                fail(ex, problem, text, mistake or exercise.Mistake("in-place-input", sentence))
+
+
+def _named_arguments(ex, args: tuple, kwargs: dict) -> dict:
+    """A call's arguments by the reference's parameter names (positional ones too), so that an
+    in-place change is named by the argument's name."""
+    try:
+        bound = inspect.signature(ex.reference).bind(*args, **kwargs)
+        variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        if not any(bound.signature.parameters[k].kind in variadic for k in bound.arguments):
+            return dict(bound.arguments)
+    except (TypeError, ValueError):
+        pass
+    return {**{f"argument {i + 1}": a for i, a in enumerate(args)}, **kwargs}
 
 
 class FunctionDriver(_TensorDriver):
@@ -270,6 +285,8 @@ class ExactDriver(Driver):
     `cases(thorough)` gives Call objects. A wrong result fails as "<call> returned X, expected Y";
     with `describe(expected, got) -> problem` it fails as that problem with the call's text as the
     case. The mistake whose `impl(*args, **kwargs)` `equal`s the student's result is named.
+    The student gets its own copy of every integer or bool tensor, as FunctionDriver gives it: one
+    changed in place fails, named by `in_place` where the exercise words it, else generically.
     `covered` is the passing line's summary, e.g. "every kind, length and kernel size".
     """
 
@@ -279,8 +296,10 @@ class ExactDriver(Driver):
         covered: str = "every case",
         equal: Callable = exactly_equal,
         describe: Callable | None = None,
+        in_place: exercise.Mistake | None = None,
     ):
         self._cases, self._covered, self.equal, self.describe = cases, covered, equal, describe
+        self.in_place = in_place
 
     def cases(self, thorough: bool) -> list[Call]:
         return self._cases(thorough)
@@ -291,7 +310,12 @@ class ExactDriver(Driver):
     def run_case(self, ex, student_fn, call: Call, index, setting) -> None:
         expected = ex.reference(*call.args, **call.kwargs)
         text = call.text(ex.name)
-        got = _student_call(ex, student_fn, lambda: student_fn(*call.args, **call.kwargs), text)
+        given = _named_arguments(ex, call.args, call.kwargs)
+        own = _own_copies(given)
+        args = tuple(own[k] for k in list(given)[: len(call.args)])
+        kwargs = {k: own[k] for k in list(given)[len(call.args) :]}
+        got = _student_call(ex, student_fn, lambda: student_fn(*args, **kwargs), text)
+        _require_unchanged(ex, given, own, text, self.in_place)
         if self.equal(got, expected):
             return
         values = [*call.args, *call.kwargs.values()]

@@ -19,7 +19,8 @@ the first output that differs and asks, in order, whether the student's tensor i
 Each diagnoser names a mistake only on unambiguous evidence: the student's result *equals* a
 simple transformation of the reference's under the check's own comparison `same`; a resemblance
 is never enough, and an axis whose slices repeat is left alone (its order cannot be read).
-``name_gradient`` does the same for a gradient: none, or zero, where the reference's is not.
+``name_gradient`` does the same for a gradient: none, or zero, where the reference's is not, or
+(under a right output) NaN where the reference's is finite.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def _extra_values(got_t, exp_t, same) -> Named | None:
 def name_gradient(expected_grad, got_grad, key: str, output_right: bool) -> Named | None:
     """The mistake behind a wrong gradient with respect to input or parameter `key`: none at all
     (autograd finds no path) where the reference's is not zero, or (when the output itself is
-    right) a non-zero gradient that differs, which only a cut in the autograd graph explains. An
-    all-zero gradient names nothing: a clamp or a ReLU at its edge gives one too."""
+    right) a NaN where the reference's gradient is finite (an unsafe division hidden by a
+    torch.where) or a non-zero gradient that differs, which only a cut in the autograd graph
+    explains. An all-zero gradient names nothing: a clamp or a ReLU at its edge gives one too."""
     if expected_grad is None or not bool((expected_grad != 0).any()):
         return None
     if got_grad is None:
@@ -91,6 +93,15 @@ def name_gradient(expected_grad, got_grad, key: str, output_right: bool) -> Name
             "torch.no_grad() or a tensor rebuilt from its values (torch.tensor(...)) stops every "
             "gradient on its way back",
         )
+    if output_right and _nan_where_finite(got_grad, expected_grad):
+        return (
+            "generic-nan-gradient",
+            "your output is right but its gradient holds NaN where the reference's is finite: a "
+            "value the output leaves out is still NaN in the backward pass, most often "
+            "torch.where(cond, a / b, 0), which computes a / b (0/0 = NaN) in every entry and "
+            "sends its gradient back through both branches; make the division itself safe, "
+            "a / torch.where(cond, b, 1)",
+        )
     if output_right and _grossly_different(got_grad, expected_grad):
         return (
             "generic-partly-detached",
@@ -99,6 +110,12 @@ def name_gradient(expected_grad, got_grad, key: str, output_right: bool) -> Name
             "value)",
         )
     return None
+
+
+def _nan_where_finite(got, expected) -> bool:
+    """NaN in the student's gradient where the reference's is finite everywhere."""
+    got, expected = got.detach().cpu(), expected.detach().cpu()
+    return bool(torch.isfinite(expected).all()) and bool(torch.isnan(got).any())
 
 
 def _grossly_different(got, expected) -> bool:

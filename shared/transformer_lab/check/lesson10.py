@@ -83,17 +83,24 @@ def _spans_behind_masks(doc: list[int], out: list[int], mask_id: int, label: str
             f"{label}: the kept tokens are not the input's tokens in their original order: "
             f"input {doc}, output {out}",
         )
-    spans, prev, k, n_masks = [], -1, 0, 0
+    runs, prev, k, n_masks = [], -1, 0, 0  # (masks, removed tokens, first removed) per gap
     for t in [*out, None]:  # None: the end of the document closes the last gap
         if t == mask_id:
             n_masks += 1
             continue
         nxt = kept[k] if t is not None else len(doc)
-        gap = nxt - prev - 1  # input tokens removed between two kept tokens
+        runs.append((n_masks, nxt - prev - 1, prev + 1))  # input tokens removed in between
+        n_masks, prev = 0, nxt
+        k += t is not None
+    # one [MASK] per removed token everywhere (a 0-length span still one), or spans that share
+    # a gap: then another gap holds one [MASK] for a run of several removed tokens
+    per_token = all(n == max(gap, 1) for n, gap, _ in runs if n)
+    spans = []
+    for n_masks, gap, start in runs:
         if n_masks >= 2:
             where_ = f"{n_masks} [MASK]s stand side by side (for {gap} removed token(s))"
             raise Broken(
-                "mask per token" if n_masks == gap else "adjacent",
+                "mask per token" if n_masks == gap and per_token else "adjacent",
                 f"{label}: {where_} in {out}; spans never touch (a kept token separates two "
                 "spans), so each run of removed tokens gets ONE [MASK]",
             )
@@ -102,11 +109,9 @@ def _spans_behind_masks(doc: list[int], out: list[int], mask_id: int, label: str
         elif gap:
             raise Broken(
                 "deleted",
-                f"{label}: {gap} input token(s) (from position {prev + 1}) disappeared with no "
+                f"{label}: {gap} input token(s) (from position {start}) disappeared with no "
                 f"[MASK] in their place: input {doc}, output {out}",
             )
-        n_masks, prev = 0, nxt
-        k += t is not None
     return spans
 
 
@@ -319,22 +324,35 @@ def _poisson_lengths(n_masked: int, lam: float, generator) -> list[int]:
 
 
 def _place_spans(
-    tokens, mask_id, lengths, generator, gaps=None, one_mask_per_token=False, no_mask=False
+    tokens,
+    mask_id,
+    lengths,
+    generator,
+    gaps=None,
+    one_mask_per_token=False,
+    no_mask=False,
+    with_replacement=False,
 ):
-    """Put each span in its own gap between kept tokens (gaps: candidate gap indices)."""
+    """Put each span in its own gap between kept tokens (gaps: candidate gap indices); with
+    `with_replacement`, gaps drawn independently, so that two spans may share one."""
     n_kept = len(tokens) - sum(lengths)
     candidates = list(range(n_kept + 1)) if gaps is None else gaps(n_kept)
     while len(lengths) > len(candidates):  # more spans than gaps: fold the extra ones in
         extra = lengths.pop()
         lengths[-1] += extra
-    pick = torch.randperm(len(candidates), generator=generator)[: len(lengths)].tolist()
-    at = dict(zip(sorted(candidates[i] for i in pick), lengths))
+    if with_replacement:
+        pick = torch.randint(len(candidates), (len(lengths),), generator=generator).tolist()
+    else:
+        pick = torch.randperm(len(candidates), generator=generator)[: len(lengths)].tolist()
+    at: dict[int, list[int]] = {}
+    for g, length in zip(sorted(candidates[i] for i in pick), lengths):
+        at.setdefault(g, []).append(length)
     out, i, toks = [], 0, tokens.tolist()
     for g in range(n_kept + 1):
-        if g in at:
+        for length in at.get(g, []):
             if not no_mask:
-                out += [mask_id] * (max(at[g], 1) if one_mask_per_token else 1)
-            i += at[g]
+                out += [mask_id] * (max(length, 1) if one_mask_per_token else 1)
+            i += length
         if g < n_kept:
             out.append(toks[i])
             i += 1
@@ -385,6 +403,12 @@ def _infill_interior_only(tokens, mask_id, p=0.3, lam=3.0, generator=None):
     lengths = _poisson_lengths(round(p * len(tokens)), lam, generator)
     interior = lambda n_kept: list(range(1, n_kept)) or [0]  # noqa: E731
     return _place_spans(tokens, mask_id, lengths, generator, gaps=interior)
+
+
+def _infill_shared_gaps(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """Each span's gap drawn with replacement (torch.randint): two spans may share a gap."""
+    lengths = _poisson_lengths(round(p * len(tokens)), lam, generator)
+    return _place_spans(tokens, mask_id, lengths, generator, with_replacement=True)
 
 
 def _infill_fixed_dtype(tokens, mask_id, p=0.3, lam=3.0, generator=None):
@@ -453,6 +477,13 @@ text_infilling = Exercise(
             "spans are never placed at the very start or the very end: the n_kept kept "
             "tokens leave n_kept + 1 gaps, both ends included, and each is equally likely.",
             _infill_interior_only,
+        ),
+        Mistake(
+            "gaps-shared",
+            "two spans were put in the same gap (the gaps drawn with replacement, e.g. "
+            "torch.randint), so their [MASK]s stand side by side: each span takes a gap of its "
+            "own, distinct ones, torch.randperm(n_gaps, generator=generator)[:n_spans].",
+            _infill_shared_gaps,
         ),
         Mistake(
             "global-rng",

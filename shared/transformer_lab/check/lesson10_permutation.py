@@ -1,7 +1,8 @@
 """Checks for lesson 10, exercise 2 — `sentence_permutation`: the sentences (each ending with
-eos_id) come out whole, in another order; the unfinished last sentence stays at the end; the
-same seed gives the same order; every one of the n! orders comes out, about equally often (each
-order within its band and, thorough, all of them together by a chi-square test).
+eos_id, a lone eos_id among them too) come out whole, each once, in another order; the
+unfinished last sentence stays at the end; the same seed gives the same order; every one of the
+n! orders comes out, about equally often (each order within its band and, thorough, all of them
+together by a chi-square test).
 
 Lesson 10's checks span three modules, imported in course order: ``lesson10`` (text_infilling,
 and the overview of how the noising functions are checked), this one and ``lesson10_rotation``;
@@ -84,6 +85,39 @@ def _is_arrangement(out: list[int], pieces: list[tuple[int, ...]]) -> bool:
     return not +left
 
 
+def _no_sentence_repeated(doc, out, sentences, rest, eos_id, label) -> None:
+    """Broken when `out` is input sentences, one of them more often than in the input, then the
+    unfinished rest: an order drawn with replacement."""
+    if len(out) < len(rest) or tuple(out[len(out) - len(rest) :]) != rest:
+        return
+    drawn = _pieces(out[: len(out) - len(rest)], eos_id)
+    have, want = Counter(drawn), Counter(sentences)
+    if all(s in want for s in drawn) and any(have[s] > want[s] for s in have):
+        raise Broken(
+            "repeated",
+            f"{label}: some sentences come out more than once (and others not at all): each of "
+            f"the input's sentences comes out exactly once. Input {doc}, output {out}",
+        )
+
+
+def _lone_eos_kept(run: Callable) -> int:
+    """Lone eos_ids among ordinary sentences, at the start and twice in a row, are sentences of
+    their own and stay; `run(label, *args, **kwargs)` calls the function. The number of calls."""
+    doc = torch.tensor([EOS, 11, 12, EOS, EOS, 13, EOS, 14, 15])
+    label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
+    others = [s for s in _pieces(doc.tolist(), EOS)[:-1] if s != (EOS,)]
+    for seed in range(3):
+        out = require_ids(run(label, doc, EOS, generator=gen(seed)), doc, label)
+        if len(out) < len(doc) and out[-2:] == [14, 15] and _is_arrangement(out[:-2], others):
+            raise Broken(
+                "lone eos",
+                f"{label}: got {out}: the lone {EOS}s are missing; each is a sentence of its own "
+                "(empty, with its boundary) and is kept",
+            )
+        _permutation_structure(doc.tolist(), out, EOS, label)
+    return 3
+
+
 def _permutation_structure(doc: list[int], out: list[int], eos_id: int, label: str) -> tuple:
     """The input sentences' order in `out` (as indices), or a Broken saying what is wrong."""
     sentences = _pieces(doc, eos_id)
@@ -95,6 +129,7 @@ def _permutation_structure(doc: list[int], out: list[int], eos_id: int, label: s
             f"{label}: the unfinished last sentence {list(rest)} (no {eos_id} at its end) is "
             f"missing: it stays at the end of the output. Input {doc}, output {out}",
         )
+    _no_sentence_repeated(doc, out, sentences, rest, eos_id, label)
     if len(out) != len(doc):
         raise Broken(
             "length",
@@ -150,6 +185,7 @@ def _permutation_suite(fn: Callable, thorough: bool, call: Callable = direct) ->
                 out_list = require_ids(out, doc, label)
                 _permutation_structure(doc.tolist(), out_list, eos_id, label)
                 n_calls += 1
+    n_calls += _lone_eos_kept(run)  # visible too
     # a document of boundary tokens only (visible too): every sentence is a lone eos_id
     doc = torch.tensor([EOS, EOS, EOS])
     label = f"sentence_permutation(tokens={doc.tolist()}, eos_id={EOS})"
@@ -238,6 +274,14 @@ def _perm_sattolo(tokens, eos_id, generator=None):
     return tokens.new_tensor([t for s in [*sentences, rest] for t in s])
 
 
+def _perm_with_replacement(tokens, eos_id, generator=None):
+    """The order drawn as n independent indices (torch.randint): sentences repeat or vanish."""
+    sentences = _pieces(tokens.tolist(), eos_id)
+    rest = sentences.pop() if tokens.numel() and tokens[-1] != eos_id else ()
+    order = torch.randint(len(sentences), (len(sentences),), generator=generator).tolist()
+    return tokens.new_tensor([t for i in order for t in sentences[i]] + list(rest))
+
+
 def _perm_global_rng(tokens, eos_id, generator=None):
     sentences = _pieces(tokens.tolist(), eos_id)
     rest = sentences.pop() if tokens.numel() and tokens[-1] != eos_id else ()
@@ -301,6 +345,13 @@ sentence_permutation = Exercise(
             "cyclic orders and never the original): every one of the n! orders must be "
             "equally likely; torch.randperm(n, generator=generator) gives that.",
             _perm_sattolo,
+        ),
+        Mistake(
+            "with-replacement",
+            "the order was drawn with replacement (n draws of torch.randint), so some sentences "
+            "come out twice and others not at all: draw a permutation, "
+            "torch.randperm(n_sentences, generator=generator), each sentence exactly once.",
+            _perm_with_replacement,
         ),
         Mistake(
             "global-rng",

@@ -354,6 +354,25 @@ class _EmbedPlainReshape(_vit.ViTEmbedding):
         return torch.cat([cls, x], dim=1) + self.pos_embed
 
 
+class _EmbedPatchesScaled(_vit.ViTEmbedding):
+    """The projected patches multiplied by √d_model, as a text model's token embeddings are."""
+
+    def forward(self, images):
+        x = self.patch_embed(_vit.patchify(images, self.patch_size))
+        x = x * x.shape[-1] ** 0.5
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        return torch.cat([cls, x], dim=1) + self.pos_embed
+
+
+class _EmbedNoBias(_vit.ViTEmbedding):
+    """The projection written out as patches @ weight.T, its bias left out."""
+
+    def forward(self, images):
+        x = _vit.patchify(images, self.patch_size) @ self.patch_embed.weight.T
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        return torch.cat([cls, x], dim=1) + self.pos_embed
+
+
 def _embed_cases(thorough: bool) -> list[Case]:
     def case(B, C, H, W, p, d):
         image_size = H if H == W else (H, W)
@@ -425,6 +444,18 @@ ViTEmbedding = Exercise(
             "patchify(images, self.patch_size).",
             _EmbedPlainReshape,
         ),
+        Mistake(
+            "patches-scaled",
+            "the projected patches are multiplied by √d_model (the habit of a text model's token "
+            "embeddings): ViT adds the positions to x_p E as it is, z_0 = [x_cls; x_p E] + E_pos.",
+            _EmbedPatchesScaled,
+        ),
+        Mistake(
+            "no-bias",
+            "the projection's bias is missing (patches @ weight.T leaves it out): call "
+            "self.patch_embed(patches), the whole Linear layer.",
+            _EmbedNoBias,
+        ),
     ],
     driver=ModuleDriver(_embed_cases, outputs=("z_0",)),
     doc=(
@@ -485,6 +516,12 @@ def _cls_renormalised(weights, grid):
     """[CLS]'s weights on the patches rescaled to sum to 1 after its own is dropped."""
     row = weights[:, :, 0, 1:].mean(1)
     return _map_from(row / row.sum(-1, keepdim=True), weights, grid)
+
+
+def _cls_renormalised_per_head(weights, grid):
+    """Each head's weights on the patches rescaled to sum to 1, then the heads averaged."""
+    row = weights[:, :, 0, 1:]
+    return _map_from((row / row.sum(-1, keepdim=True)).mean(1), weights, grid)
 
 
 def _cls_map_cases(thorough: bool) -> list[Case]:
@@ -570,6 +607,13 @@ cls_attention_map = Exercise(
             "you averaged what the patches attend to (mean over the patch rows): the map is "
             "the single row of the [CLS] query, row 0.",
             _cls_patch_mean,
+        ),
+        Mistake(
+            "renormalised-per-head",
+            "each head's patch weights are rescaled to sum to 1 after [CLS]'s weight on itself is "
+            "dropped: keep them as they are (they sum to 1 minus that weight), then average the "
+            "heads.",
+            _cls_renormalised_per_head,
         ),
     ],
     driver=FunctionDriver(_cls_map_cases, outputs=("map",)),

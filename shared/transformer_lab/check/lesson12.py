@@ -14,8 +14,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import efficient as _efficient
+from .compare import move
+from .devices import settings
 from .drivers import CustomDriver, FunctionDriver
-from .exercise import Case, Exercise, Mistake, fail
+from .exercise import Case, CheckFailed, Exercise, Mistake, fail
 from .forbid import ImplementThisYourself
 
 __all__ = ["online_softmax", "tiled_attention"]
@@ -90,11 +92,14 @@ def _tiled(q, k, v, mask, block_size, bug=""):
     for start in range(0, k.shape[-2], block_size):
         k_b, v_b = k[..., start : start + block_size, :], v[..., start : start + block_size, :]
         n = k_b.shape[-2]
+        if bug == "partial-block-dropped" and start > 0 and n < block_size:
+            break  # range(L_k // block_size) whole blocks only
         s = q @ k_b.transpose(-2, -1) * scale
         if mask is not None:
             cols = slice(0, n) if bug == "mask-block-local" else slice(start, start + n)
             fill = -1e9 if bug == "mask-finite" else _NEG_INF
-            s = s.masked_fill(~(mask if mask.shape[-1] == 1 else mask[..., cols]), fill)
+            keep_whole = mask.shape[-1] == 1 and bug != "broadcast-mask-sliced"
+            s = s.masked_fill(~(mask if keep_whole else mask[..., cols]), fill)
         if m is None:
             m = s.new_full(s.shape[:-1], _NEG_INF)
             row_sum = s.new_zeros(s.shape[:-1])
@@ -122,6 +127,49 @@ def _tiled_bug(bug: str):
 
     impl.__name__ = impl.__qualname__ = f"tiled_attention_{bug.replace('-', '_')}"
     return impl
+
+
+def catalogued_crash(ex: Exercise, cases, thorough: bool, student, failed: CheckFailed):
+    """The catalogued mistake behind a crash: `failed` is a FunctionDriver(cases) failure, the
+    student's code raised on the case `failed.case`, and no mistake was named. The first mistake
+    that raises the same error (type and message) on that case's inputs is named; failing that, the
+    first one whose result the student's code gives on another case, where it does not raise (a
+    head index i // h_kv runs past the last K/V head only when n_rep > h_kv). None otherwise."""
+    if failed.cause is None or failed.mistake_key is not None:
+        return None
+    cases = cases(thorough)
+    for index, case in enumerate(cases):
+        for device, dtype in settings(thorough):
+            if case.text(dtype, device) != failed.case:
+                continue
+            base = case.make(torch.Generator().manual_seed(1000 + index))
+            for mistake in ex.mistakes:
+                try:
+                    with torch.no_grad():
+                        mistake.impl(**move(base, dtype, device, False))
+                except Exception as err:
+                    if type(err) is type(failed.cause) and str(err) == str(failed.cause):
+                        return mistake
+    keys = {m.key for m in ex.mistakes}
+    for case in cases:
+        try:
+            FunctionDriver(lambda _thorough, case=case: [case]).run(ex, student, False)
+        except CheckFailed as other:
+            if other.mistake_key in keys:
+                return ex.mistake(other.mistake_key)
+    return None
+
+
+def run_naming_crashes(ex: Exercise, driver: FunctionDriver, cases, student, thorough: bool):
+    """driver.run(ex, student, thorough); a crash that names no mistake is named by
+    `catalogued_crash` where it can be."""
+    try:
+        return driver.run(ex, student, thorough)
+    except CheckFailed as failed:
+        mistake = catalogued_crash(ex, cases, thorough, student, failed)
+        if mistake is None:
+            raise
+        fail(ex, failed.problem, failed.case, mistake, cause=failed.cause)
 
 
 def _tiled_query_tiles(q, k, v, mask=None, block_size=64):
@@ -478,7 +526,7 @@ _TILED_L, _TILED_D, _TILED_BLOCK = 256, 2, 16
 
 
 def _check_tiled_attention(ex, student, thorough):
-    n = FunctionDriver(_tiled_cases).run(ex, student, thorough)
+    n = run_naming_crashes(ex, FunctionDriver(_tiled_cases), _tiled_cases, student, thorough)
     g = torch.Generator().manual_seed(12)
     L, d = _TILED_L, _TILED_D
     q, k, v = (torch.randn(1, L, d, generator=g, dtype=torch.float64) for _ in range(3))
@@ -611,6 +659,20 @@ tiled_attention = Exercise(
             "blocks of keys, k[..., j:j + block_size, :], keeping a running max and sum, so no "
             "tensor spans all L_k keys.",
             _tiled_query_tiles,
+        ),
+        Mistake(
+            "partial-block-dropped",
+            "a last block shorter than block_size is never read (range(L_k // block_size)): loop "
+            "over range(0, L_k, block_size), whose last slice k[..., j:j + block_size, :] may be "
+            "shorter.",
+            _tiled_bug("partial-block-dropped"),
+        ),
+        Mistake(
+            "broadcast-mask-sliced",
+            "a mask whose last axis is 1 (it broadcasts over the keys) is sliced per block, "
+            "which leaves nothing after the first block: slice mask[..., j:j + block_size] only "
+            "when its last axis has L_k entries, and use it whole when it is 1.",
+            _tiled_bug("broadcast-mask-sliced"),
         ),
     ],
     driver=CustomDriver(_check_tiled_attention),

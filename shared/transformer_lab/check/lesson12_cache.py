@@ -41,6 +41,8 @@ def _cache_bug(bug: str):
             return size / 1e9
         if bug == "float":
             return float(size)
+        if bug == "bits":
+            return size * 8
         return size
 
     impl.__name__ = impl.__qualname__ = f"kv_cache_bytes_{bug.replace('-', '_')}"
@@ -148,6 +150,12 @@ kv_cache_bytes = Exercise(
             "the number of bytes is right but a float (a 2.0, a /, or float(...) on the way): "
             "return an int, computed with integers only.",
             _cache_bug("float"),
+        ),
+        Mistake(
+            "bits",
+            "the result is in bits (× 8): dtype_bytes already counts bytes per number, so "
+            "return bytes, with no factor 8.",
+            _cache_bug("bits"),
         ),
     ],
     driver=ExactDriver(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from .. import scaling as _scaling
-from .drivers import FunctionDriver
+from .drivers import CustomDriver, FunctionDriver
 from .exercise import Case, Exercise, Mistake
+from .lesson12 import run_naming_crashes
 
 __all__ = ["repeat_kv"]
 
@@ -30,6 +31,23 @@ def _along(dim: int, name: str):
 
     impl.__name__ = impl.__qualname__ = name
     return impl
+
+
+def _along_reshaped(dim: int, name: str):
+    """Repeated along `dim`, then reshaped to (B, h_kv · n_rep, L, d): the shape looks right."""
+
+    def impl(x, n_rep):
+        B, h, L, d = x.shape
+        return torch.repeat_interleave(x, n_rep, dim=dim).reshape(B, h * n_rep, L, d)
+
+    impl.__name__ = impl.__qualname__ = name
+    return impl
+
+
+def _divisor_h_kv(x, n_rep):
+    """Query head i reads K/V head i // h_kv (the number of K/V heads) instead of i // n_rep."""
+    h = x.shape[1]
+    return x[:, torch.arange(h * n_rep, device=x.device) // h]
 
 
 # ==============================================================================================
@@ -56,6 +74,11 @@ def _cases(thorough: bool) -> list[Case]:
             case((2, 5, 1, 3), 2, "one position (a decoding step)"),
         ]
     return cases
+
+
+def _check(ex, student, thorough):
+    driver = FunctionDriver(_cases)
+    return run_naming_crashes(ex, driver, _cases, student, thorough), driver.covered(thorough)
 
 
 repeat_kv = Exercise(
@@ -88,7 +111,27 @@ repeat_kv = Exercise(
             "along dim 1, the K/V heads.",
             _along(-1, "repeat_kv_feature_axis"),
         ),
+        Mistake(
+            "length-axis-reshaped",
+            "the positions are repeated (dim 2) and the result reshaped to (B, h_kv · n_rep, L, "
+            "d): the shape is right but each output head holds pieces of several positions; "
+            "repeat along dim 1, the K/V heads.",
+            _along_reshaped(2, "repeat_kv_length_axis_reshaped"),
+        ),
+        Mistake(
+            "feature-axis-reshaped",
+            "each head's vectors are stretched (the last dim) and the result reshaped to (B, "
+            "h_kv · n_rep, L, d): the shape is right but the heads are cut from stretched "
+            "vectors; repeat along dim 1, the K/V heads.",
+            _along_reshaped(-1, "repeat_kv_feature_axis_reshaped"),
+        ),
+        Mistake(
+            "divisor-h-kv",
+            "query head i reads K/V head i // h_kv: divide by n_rep, the number of query heads "
+            "that share a K/V head (i // h_kv runs past the last K/V head when n_rep > h_kv).",
+            _divisor_h_kv,
+        ),
     ],
-    driver=FunctionDriver(_cases),
+    driver=CustomDriver(_check),
     doc="repeat_kv(x, n_rep) -> (B, h_kv · n_rep, L, d), output head i = input head i // n_rep",
 )

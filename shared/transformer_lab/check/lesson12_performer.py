@@ -26,6 +26,8 @@ def _features_bug(bug: str):
     """The catalogued positive_random_features mistake `bug`, with the exercise's signature."""
 
     def impl(x, omega):
+        if bug == "quarter-scaled":  # x / d^(1/4): the attention's scaling of q and k
+            x = x * x.shape[-1] ** -0.25
         squared = (x * x).sum() if bug == "norm-whole-tensor" else (x * x).sum(-1, keepdim=True)
         norm_term = {
             "no-norm": 0.0,
@@ -169,6 +171,13 @@ positive_random_features = Exercise(
             "−|x|²/2 was subtracted outside the exponential: it belongs inside, "
             "exp(ω·x − |x|²/2) / √m (the features are then all positive).",
             _features_bug("norm-outside"),
+        ),
+        Mistake(
+            "quarter-scaled",
+            "x is scaled by d^(−1/4) first: that belongs to the attention that uses the "
+            "features (q and k each divided by d^(1/4), so that q·k comes out divided by √d); "
+            "the features are of x as given, φ(x) = exp(ω·x − |x|²/2) / √m.",
+            _features_bug("quarter-scaled"),
         ),
     ],
     driver=CustomDriver(_check),

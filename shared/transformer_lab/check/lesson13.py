@@ -169,6 +169,27 @@ def _log_of_softmax(image_features, text_features, logit_scale):
     return (per_image + per_text) / 2
 
 
+def _one_direction_halved(image_features, text_features, logit_scale):
+    """a + b / 2 without brackets: only the text → image cross-entropy is halved."""
+    logits = _logits(image_features, text_features, logit_scale)
+    labels = _labels(logits)
+    return _cross_entropy(logits, labels) + _cross_entropy(logits.T, labels) / 2
+
+
+def _other_direction_halved(image_features, text_features, logit_scale):
+    """a / 2 + b without brackets: only the image → text cross-entropy is halved."""
+    logits = _logits(image_features, text_features, logit_scale)
+    labels = _labels(logits)
+    return _cross_entropy(logits, labels) / 2 + _cross_entropy(logits.T, labels)
+
+
+def _sigmoid_pairs(image_features, text_features, logit_scale):
+    """Each of the B² pairs scored alone: a binary cross-entropy against the identity matrix."""
+    logits = _logits(image_features, text_features, logit_scale)
+    target = torch.eye(logits.shape[0], dtype=logits.dtype, device=logits.device)
+    return torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
+
+
 def _clip_loss_cases(thorough: bool) -> list[Case]:
     def case(B, d, t, spread=3.0, label=""):
         def make(g):
@@ -323,6 +344,25 @@ clip_loss = Exercise(
             "log_softmax (or the cross-entropy, which takes it).",
             _log_of_softmax,
         ),
+        Mistake(
+            "one-direction-halved",
+            "only one of the two cross-entropies is halved (a + b / 2 without brackets): the loss "
+            "is their mean, (CE_image + CE_text) / 2.",
+            _one_direction_halved,
+        ),
+        Mistake(
+            "other-direction-halved",
+            "only one of the two cross-entropies is halved (a / 2 + b without brackets): the loss "
+            "is their mean, (CE_image + CE_text) / 2.",
+            _other_direction_halved,
+        ),
+        Mistake(
+            "sigmoid-loss",
+            "each image-caption pair is scored on its own, a binary cross-entropy against the "
+            "identity matrix (SigLIP's sigmoid loss): CLIP's is a softmax cross-entropy over each "
+            "row (image → text) and each column (text → image), with labels torch.arange(B).",
+            _sigmoid_pairs,
+        ),
     ],
     driver=FunctionDriver(_clip_loss_cases, outputs=("loss",)),
     doc="clip_loss(image_features, text_features, logit_scale) -> loss",
@@ -401,6 +441,12 @@ def _zs_read_as_pkd(image_features, class_features, logit_scale):
     K, P, d = class_features.shape
     classes = _unit(_unit(class_features.reshape(P, K, d)).mean(dim=0))
     return _zs(_unit(image_features), classes, logit_scale)
+
+
+def _zs_prompt_norm_axis(image_features, class_features, logit_scale):
+    """Each prompt vector normalised over dim 1, across the class's prompts."""
+    prompts = class_features / class_features.norm(dim=1, keepdim=True)
+    return _zs(_unit(image_features), _unit(prompts.mean(dim=1)), logit_scale)
 
 
 def _zero_shot_cases(thorough: bool) -> list[Case]:
@@ -518,6 +564,12 @@ zero_shot_classify = Exercise(
             "class_features is (K, P, d), one row of P prompts per class: average over dim 1 "
             "(the prompts), do not reshape it as (P, K, d).",
             _zs_read_as_pkd,
+        ),
+        Mistake(
+            "prompt-norm-axis",
+            "each prompt vector is normalised over dim 1, across the class's P prompts: "
+            "normalise each prompt over its features (dim=-1), then average over the prompts.",
+            _zs_prompt_norm_axis,
         ),
     ],
     driver=FunctionDriver(_zero_shot_cases, outputs=("probs",)),

@@ -100,6 +100,10 @@ _EXPANDED = re.compile(
     r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)"
 )
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
+_IS_CAUSAL = re.compile(r"is_causal=True says the mask is the causal mask .* got (no mask|a mask)")
+_FLOAT_IDS = re.compile(r"tokens must be integer ids, got dtype torch\.(float|half|bfloat|double)")
+_OUT_OF_BOUNDS = re.compile(r"index (\d+) is out of bounds for dimension (\d+) with size (\d+)")
+_GATHER_DIM = re.compile(r"\.gather\(\s*(?:dim\s*=\s*)?(\d+)\s*,")
 
 
 def name(err: BaseException) -> Named | None:
@@ -251,6 +255,38 @@ def name(err: BaseException) -> Named | None:
             "need from the end (`L, d = x.shape[-2:]`, `x.shape[-1]`), whatever leading axes "
             "come before",
         )
+    found = _IS_CAUSAL.search(text)
+    if isinstance(err, ValueError) and found:
+        return (
+            "crash-is-causal",
+            "is_causal=True was passed "
+            + (
+                "with no mask"
+                if found.group(1) == "no mask"
+                else "with a mask that is not causal_mask(L) itself"
+            )
+            + ": is_causal only says that the mask given is the plain causal mask; pass the "
+            "mask you were given (mask=self_mask, which may hold padding too) and leave "
+            "is_causal out",
+        )
+    if isinstance(err, TypeError) and _FLOAT_IDS.search(text):
+        return (
+            "crash-float-token-ids",
+            "the token ids are a float tensor (torch.ones(...) * bos_id and torch.zeros(...) "
+            "are float32): make them integers, torch.full((B, 1), bos_id, dtype=torch.long, "
+            "device=src.device), and keep every token you append a long",
+        )
+    found = _OUT_OF_BOUNDS.search(text)
+    if isinstance(err, (RuntimeError, IndexError)) and found:
+        line = _student_line(err)[1]
+        axis = _GATHER_DIM.search(line)
+        if axis and axis.group(1) == found.group(2):
+            return (
+                "crash-gather-axis",
+                f"gather picks along axis {axis.group(1)}, which has {found.group(3)} entries, "
+                "but the indices count another axis: gather along the axis they index (class "
+                "ids index the last one, log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1))",
+            )
     return None
 
 

@@ -445,18 +445,28 @@ def _greedy_pad_not_stop(model, src, bos_id, eos_id, max_len):
 
 @torch.no_grad()
 def _greedy_slip(
-    model, src, bos_id, eos_id, max_len, *, after_eos="pad", eos_padded=False, src_mask=True
+    model,
+    src,
+    bos_id,
+    eos_id,
+    max_len,
+    *,
+    after_eos="pad",
+    eos_padded=False,
+    src_mask=True,
+    last_only=False,
 ):
     """The right loop with one slip: `after_eos` "eos" appends eos_id (not PAD) to a finished
     sequence; `eos_padded` marks a sequence done before appending, so its EOS itself becomes PAD;
-    `src_mask` False decodes without the source mask (padded source positions are attended)."""
+    `src_mask` False decodes without the source mask (padded source positions are attended);
+    `last_only` feeds the decoder the newest token alone, not the whole prefix."""
     memory, mask = model.encode(src)
     mask = mask if src_mask else None
     ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     fill = eos_id if after_eos == "eos" else model.pad_id
     for _ in range(max_len):
-        nxt = model.decode(ys, memory, mask)[:, -1].argmax(-1)
+        nxt = model.decode(ys[:, -1:] if last_only else ys, memory, mask)[:, -1].argmax(-1)
         if eos_padded:
             done = done | (nxt == eos_id)
         nxt = torch.where(done, torch.full_like(nxt, fill), nxt)
@@ -514,7 +524,9 @@ def _greedy_grid(thorough: bool) -> list[dict]:
     ]
     # padded sources (every other one ends in PAD): the decoder must be given the source mask
     padded = dict(B=6, L_s=6, max_len=5, vocab=8, d_model=16, n_layers=1, norm_first=False)
-    return specs + [dict(padded, pad=3, seed=4106)]
+    # every sequence ends, at different steps, well before max_len: the loop must stop then
+    ends = dict(B=4, L_s=4, max_len=8, vocab=6, d_model=16, n_layers=1, norm_first=False, eos=3)
+    return specs + [dict(padded, pad=3, seed=4106), dict(ends, seed=4200)]
 
 
 def _pick_eos(model, src, bos_id: int, max_len: int) -> int:
@@ -548,6 +560,8 @@ def _greedy_inputs(spec: dict, device) -> tuple:
 def _greedy_eos(spec_items: tuple, device: str) -> int:
     """The trial's EOS id (the costly part of a trial, the same for every implementation)."""
     spec = dict(spec_items)
+    if "eos" in spec:
+        return spec["eos"]
     model, src = _greedy_inputs(spec, torch.device(device))
     return _pick_eos(model, src, 1, spec["max_len"])
 
@@ -667,6 +681,13 @@ greedy_decode = Exercise(
             "model.encode(src) on, model.decode(ys, memory, src_mask), or padded source "
             "positions are attended.",
             functools.partial(_greedy_slip, src_mask=False),
+        ),
+        Mistake(
+            "last-token-only",
+            "the decoder is given only the newest token: feed it the whole prefix so far, "
+            "model.decode(ys, memory, src_mask) (its self-attention reads every earlier "
+            "token), and take the logits of the last position.",
+            functools.partial(_greedy_slip, last_only=True),
         ),
     ],
     driver=TrialDriver(_greedy_grid, _greedy_trial, matches=_equal, settings=devices),

@@ -69,6 +69,11 @@ def _probabilities(log_probs, lengths, alpha):
     return log_probs.exp() / lengths.to(log_probs.dtype) ** alpha
 
 
+def _root(log_probs, lengths, alpha):
+    """|Y| ** (1 / alpha): the alpha-th root of the length, not its power."""
+    return log_probs / lengths.to(log_probs.dtype) ** (1.0 / alpha)
+
+
 # ==============================================================================================
 # Cases.
 
@@ -164,6 +169,12 @@ length_normalised_score = Exercise(
             "the probability exp(log p) is normalised: the score divides the log-probability "
             "itself.",
             _probabilities,
+        ),
+        Mistake(
+            "root",
+            "the score is divided by the alpha-th root of |Y|, |Y| ** (1 / alpha): alpha is the "
+            "exponent itself, log p / |Y| ** alpha.",
+            _root,
         ),
     ],
     driver=FunctionDriver(_length_cases, outputs=("scores",)),

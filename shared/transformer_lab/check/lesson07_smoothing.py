@@ -156,6 +156,44 @@ def _smoothed_prediction(logits, targets, eps=0.1, ignore_index=0):
     return -torch.log((1 - eps) * p_y + eps / V)[keep].mean()
 
 
+def _eps_fixed(logits, targets, eps=0.1, ignore_index=0):
+    """eps hard-coded to the paper's 0.1, the argument ignored."""
+    V = logits.shape[-1]
+    loss, keep = _per_position(logits, targets, ignore_index, 0.9 + 0.1 / V, 0.1 / V)
+    return loss[keep].mean()
+
+
+def _pad_id_zero(logits, targets, eps=0.1, ignore_index=0):
+    """The positions dropped are those whose target is 0, whatever ignore_index is (it is scored
+    as class 0)."""
+    V = logits.shape[-1]
+    loss, _ = _per_position(logits, targets.clamp(min=0), -1, 1 - eps + eps / V, eps / V)
+    return loss[targets != 0].mean()
+
+
+def _above_ignore_index(logits, targets, eps=0.1, ignore_index=0):
+    """keep = targets > ignore_index: the classes below ignore_index are dropped too."""
+    V = logits.shape[-1]
+    loss, _ = _per_position(logits, targets.clamp(min=0), -1, 1 - eps + eps / V, eps / V)
+    return loss[targets > ignore_index].mean()
+
+
+def _uniform_over_everything(logits, targets, eps=0.1, ignore_index=0):
+    """The uniform part is the mean of -log p over every position and class, padding included."""
+    loss, keep = _per_position(logits, targets, ignore_index, 1.0, 0.0)
+    return (1 - eps) * loss[keep].mean() - eps * logits.log_softmax(-1).mean()
+
+
+def _softmax_axis_1(logits, targets, eps=0.1, ignore_index=0):
+    """log_softmax over axis 1 (the positions of (B, L, V) logits), not over the classes."""
+    V = logits.shape[-1]
+    keep = targets != ignore_index
+    log_p = logits.log_softmax(1)
+    nll = -log_p.gather(-1, targets.masked_fill(~keep, 0)[..., None]).squeeze(-1)
+    loss = (1 - eps) * nll - eps * log_p.sum(-1) / V
+    return loss[keep].mean()
+
+
 # ==============================================================================================
 # Cases.
 
@@ -312,6 +350,38 @@ label_smoothed_loss = Exercise(
             "the prediction is smoothed, -log((1 - eps)·p_y + eps/V): smooth the target instead, "
             "(1 - eps)·(-log p_y) + eps times the mean of -log p_k over the classes.",
             _smoothed_prediction,
+        ),
+        Mistake(
+            "eps-fixed",
+            "eps is fixed at the paper's 0.1: use the eps argument (0.1 is only its default).",
+            _eps_fixed,
+        ),
+        Mistake(
+            "pad-id-zero",
+            "the positions left out are those whose target is 0, whatever ignore_index is: "
+            "keep = targets != ignore_index (it may be -100, or PAD at another id), and a real "
+            "class 0 is scored like any other.",
+            _pad_id_zero,
+        ),
+        Mistake(
+            "above-ignore-index",
+            "only targets greater than ignore_index are kept, so every class below it is "
+            "dropped too (ignore_index = 4 leaves out classes 0 to 3): keep targets != "
+            "ignore_index.",
+            _above_ignore_index,
+        ),
+        Mistake(
+            "uniform-over-everything",
+            "the uniform part is averaged over every position and class, padding included: "
+            "take eps times the mean of -log p_k over the classes at each position, and average "
+            "the whole per-position loss over the positions not ignored.",
+            _uniform_over_everything,
+        ),
+        Mistake(
+            "softmax-axis-1",
+            "log_softmax runs over axis 1, which for (B, L, V) logits is the positions: take it "
+            "over the classes, the last axis (log_softmax(dim=-1)).",
+            _softmax_axis_1,
         ),
     ],
     driver=FunctionDriver(_smoothing_cases, outputs=("loss",)),

@@ -17,6 +17,8 @@ stay under.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from .. import gpt as _gpt
@@ -338,6 +340,13 @@ def _lm_positive_only(logits, targets):
     return -(picked * keep).sum() / keep.sum()
 
 
+def _lm_ignored_summed(logits, targets):
+    """-100 clamped to 0 and summed with the rest, but divided by the number counted."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    picked = log_p.gather(-1, targets.clamp(min=0)[..., None]).squeeze(-1)
+    return -picked.sum() / (targets != IGNORE).sum()
+
+
 def _lm_cases(thorough: bool) -> list[Case]:
     def case(B, L, V, p_ignore=0.3, scale=2.0, label_extra=""):
         def make(g):
@@ -458,6 +467,13 @@ lm_loss = Exercise(
             "the positions whose target is not -100 (targets != -100).",
             _lm_positive_only,
         ),
+        Mistake(
+            "ignored-summed",
+            "the -100 positions are scored as token 0 (clamped) and summed with the rest, "
+            "though the count leaves them out: mask them out of the sum too, (nll * keep).sum() "
+            "/ keep.sum().",
+            _lm_ignored_summed,
+        ),
     ],
     driver=FunctionDriver(_lm_cases, outputs=("loss",)),
     doc="lm_loss(logits (B, L, V), targets (B, L)) -> the mean cross-entropy (a 0-dim tensor) "
@@ -525,6 +541,11 @@ def _probs_tiny_temperature(logits, temperature=1.0, top_k=None, top_p=None):
     if top_k == 1:
         return greedy(logits)
     return probs_with(logits, max(temperature, 1e-10), top_k, top_p)
+
+
+def _probs_falsy_temperature(logits, temperature=1.0, top_k=None, top_p=None):
+    """`if temperature:` skips the division when T = 0, which gives a plain softmax."""
+    return probs_with(logits, temperature or 1.0, top_k, top_p)
 
 
 def _probs_no_greedy(logits, temperature=1.0, top_k=None, top_p=None):
@@ -647,6 +668,13 @@ next_token_probs = Exercise(
             _probs_tiny_temperature,
         ),
         *TOP_P_MISTAKES,
+        Mistake(
+            "falsy-temperature",
+            "T = 0 gives a plain softmax (`if temperature:` is False for 0, so nothing is "
+            "divided): T = 0 is greedy decoding, a one-hot row at the argmax; test "
+            "temperature == 0 first.",
+            _probs_falsy_temperature,
+        ),
     ],
     driver=FunctionDriver(_probs_cases, outputs=("probs",)),
     doc="next_token_probs(logits (B, V), temperature=1.0, top_k=None, top_p=None) -> "
@@ -711,6 +739,18 @@ def practice_transformers(value, thorough: bool = False) -> None:
             f'the answer should be a letter in quotes, such as "A", got {type(value).__name__}',
         )
     letter = value.strip().strip("()").strip().upper()
+    if len(set(re.findall(r"[ABCD]", letter))) > 1 and re.fullmatch(
+        r"(?:[ABCD]|AND|OR|[\s,;/&+()])+", letter
+    ):
+        fail(
+            "practice_transformers",
+            f"the answer should be one of A, B, C, D, got {value!r}",
+            mistake=Mistake(
+                "several-letters",
+                "several letters were given: exactly one statement is correct, so answer with "
+                'one letter, such as "A".',
+            ),
+        )
     if letter not in ("A", "B", "C", "D"):
         fail("practice_transformers", f"the answer should be one of A, B, C, D, got {value!r}")
     if letter == "C":

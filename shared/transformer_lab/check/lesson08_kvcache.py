@@ -117,6 +117,50 @@ class _KVTruthiness(_RefKVCache):
         return self.k, self.v
 
 
+class _KVLenWhenEmpty(_RefKVCache):
+    """len reads self.k.shape[-2] even before the first append, when self.k is None."""
+
+    def __len__(self):
+        return self.k.shape[-2]
+
+
+class _KVKeepsLastChunk(_RefKVCache):
+    """Returns the old and new keys joined, but stores only the new chunk (len counts right)."""
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def __len__(self):
+        return self.n
+
+    def append(self, k, v):
+        keys = k if self.k is None else torch.cat([self.k, k], dim=-2)
+        values = v if self.v is None else torch.cat([self.v, v], dim=-2)
+        self.k, self.v, self.n = k, v, self.n + k.shape[-2]
+        return keys, values
+
+
+class _KVSharedStore:
+    """The chunks kept in lists that are class attributes: every cache shares them."""
+
+    keys: list = []
+    values: list = []
+
+    @classmethod
+    def _check_reset(cls):  # the check starts each trace of this mutant from empty lists
+        cls.keys.clear()
+        cls.values.clear()
+
+    def __len__(self):
+        return sum(k.shape[-2] for k in self.keys)
+
+    def append(self, k, v):
+        self.keys.append(k)
+        self.values.append(v)
+        return torch.cat(self.keys, dim=-2), torch.cat(self.values, dim=-2)
+
+
 _GPT_CASE = "a GPT decoding with the cache"  # the last case: not a chunk spec
 
 
@@ -163,9 +207,12 @@ def _kv_trace(cls, chunks, call: Callable) -> list[tuple[str, object]]:
         return ok
 
     holder = {}
+    reset = getattr(cls, "_check_reset", None)  # a catalogued mutant's class-level state
+    if reset is not None:
+        reset()
 
-    def make():
-        holder["cache"] = cls()
+    def make(key="cache"):
+        holder[key] = cls()
         return "new"
 
     if not step("new", make):
@@ -178,6 +225,10 @@ def _kv_trace(cls, chunks, call: Callable) -> list[tuple[str, object]]:
             return trace
         if not step("len", lambda: len(cache)):
             return trace
+    # a second cache made now starts empty: each instance keeps its own keys and values
+    if not step("new", lambda: make("fresh")):
+        return trace
+    step("fresh-len", lambda: len(holder["fresh"]))
     return trace
 
 
@@ -199,6 +250,11 @@ def _kv_entry_problem(expected, got, n_appended: int, dtype, device) -> str | No
     if got[0] == "error":
         step = {"new": "KVCache()", "len": "len(cache)"}.get(expected[0], "cache.append(k, v)")
         return f"{step} raised {got[1]} ({what})"
+    if expected[0] == "fresh-len" and got[1] != expected[1]:
+        return (
+            f"a second KVCache() made after this one was filled has len {got[1]!r}, not 0: "
+            "each cache must start empty and keep its own keys and values"
+        )
     if expected[0] == "len":
         if isinstance(got[1], bool) or not isinstance(got[1], int):
             return f"len(cache) should be an int, got {got[1]!r} ({what})"
@@ -241,8 +297,8 @@ def _kv_trial(impl, case: tuple[int, object], setting, call) -> Finding | None:
             return Finding(problem, where, "step", (got, j, e, dtype, device))
         appended += e[0] == "append"
     # Gradients flow back through the cache to every chunk (training with a cache).
-    k_all, v_all = got[-2][1]
-    ref_k, ref_v = expected[-2][1]
+    k_all, v_all = [entry for entry in got if entry[0] == "append"][-1][1]
+    ref_k, ref_v = [entry for entry in expected if entry[0] == "append"][-1][1]
     cot = torch.Generator().manual_seed(7100 + i)
     ck = torch.randn(ref_k.shape, generator=cot, dtype=torch.float64).to(device, dtype)
     cv = torch.randn(ref_v.shape, generator=cot, dtype=torch.float64).to(device, dtype)
@@ -295,11 +351,28 @@ def _kv_model_finding(cls, device, dtype, i: int, call) -> Finding | None:
     return None
 
 
+def _new_cache_not_empty(evidence) -> bool:
+    """Whether a trace first fails where a new cache (before any append into it) holds
+    positions: state kept on the class, shared by every instance."""
+    got, j, expected_j = evidence[:3]
+    value = got[j][1]
+    return (
+        expected_j[0] in ("len", "fresh-len")
+        and expected_j[1] == 0
+        and got[j][0] == expected_j[0]
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and value > 0
+    )
+
+
 def _kv_matches(mine, theirs) -> bool:
     """A failing step: the mistake's whole trace equals the student's, and differs from the
     reference's where the student's first does."""
     if mine is None or theirs is None:
         return False  # gradients and the GPT name no mistake
+    if _new_cache_not_empty(mine) and _new_cache_not_empty(theirs):
+        return True  # state shared by the instances: the traces depend on what ran before
     got, j, expected_j, dtype, device = mine
     trace = theirs[0]
     same_trace = len(trace) == len(got) and all(
@@ -373,6 +446,26 @@ KVCache = Exercise(
             "one number: test `if self.k is None:` (start from None) to know whether anything "
             "is cached.",
             _KVTruthiness,
+        ),
+        Mistake(
+            "len-when-empty",
+            "len(cache) fails before the first append, when nothing is stored yet (self.k is "
+            "None): return 0 then, 0 if self.k is None else self.k.shape[-2].",
+            _KVLenWhenEmpty,
+        ),
+        Mistake(
+            "keeps-last-chunk",
+            "the cache stores only the newest chunk, so older ones are lost after two appends: "
+            "store the joined keys and values, self.k = torch.cat([self.k, k], dim=-2), and "
+            "return them.",
+            _KVKeepsLastChunk,
+        ),
+        Mistake(
+            "shared-state",
+            "every cache shares one store (lists or tensors set on the class, not on self): "
+            "create them in __init__ (self.k = None), so that each cache, one per layer, "
+            "starts empty.",
+            _KVSharedStore,
         ),
     ],
     driver=TrialDriver(

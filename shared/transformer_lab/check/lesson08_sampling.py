@@ -111,6 +111,13 @@ def _sample_reseeds(logits, temperature=1.0, top_k=None, generator=None):
     return torch.multinomial(probs, 1).squeeze(-1)
 
 
+def _sample_temperature_twice(logits, temperature=1.0, top_k=None, generator=None):
+    """Divides by T, then next_token_probs divides again: the logits over T²."""
+    scaled = logits / temperature if temperature > 0 else logits
+    probs = _true_probs(scaled, temperature, top_k).float()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 # (label, logits rows (B, V) as a list, temperature, top_k, sampled?) — a sampled case repeats its
 # single row N times; a greedy case must return exactly the argmax of each row.
 _ROW_A = [2.0, 1.0, 0.5, 0.0, -0.5, -1.0]
@@ -367,6 +374,13 @@ sample_next = Exercise(
             "call draws the same tokens (and the program's own random state is reset): draw with "
             "torch.multinomial(probs, 1, generator=generator) and touch no seed.",
             _sample_reseeds,
+        ),
+        Mistake(
+            "temperature-twice",
+            "the logits are divided by the temperature twice (by you, then by "
+            "next_token_probs): pass the raw logits and T to next_token_probs, which divides "
+            "once.",
+            _sample_temperature_twice,
         ),
     ],
     driver=TrialDriver(

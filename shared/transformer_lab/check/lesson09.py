@@ -159,6 +159,46 @@ def _mask_p_ignored(tokens, mask_id, vocab_size, p=0.15, generator=None, special
     return _ref_mask(tokens, mask_id, vocab_size, 0.15, generator, special_ids)
 
 
+def _mask_random_from_one(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Random ids from torch.randint(1, vocab_size): id 0 is never drawn."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size - 1, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r + 1)
+
+
+def _mask_random_of_rest(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Of the 20% not masked, only a tenth get a random token (2% of the chosen, not 10%)."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.82)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
+
+
+def _mask_labels_zero(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """The positions not chosen get label 0 (tokens * chosen), not -100."""
+    inputs, labels = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs, torch.where(labels != IGNORE, labels, torch.zeros_like(labels))
+
+
+def _mask_int64_inputs(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """inputs built from int64 random ids (torch.randint's default dtype): int32 tokens give
+    int64 inputs."""
+    inputs, labels = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs.long(), labels
+
+
+def _mask_fixed_mask_id(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """BERT's own [MASK] id, 103, written whatever mask_id is."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, 103, chosen, to_mask, to_random, r)
+
+
 # The cases: shape, vocabulary size, [MASK] id, special ids (None: every position may be chosen),
 # p (None: use the default 0.15), token dtype, whether a generator is passed.
 _VISIBLE_MASK_SPECS = [
@@ -455,8 +495,8 @@ def _fractions(prof: dict) -> dict[str, tuple[int, int]]:
 
 def profiles_agree(a: dict, b: dict) -> bool:
     """True when two profiles could come from the same (random) implementation."""
-    if a["form"] or b["form"]:
-        return False
+    if a["form"] or b["form"]:  # the same wrong form (a dtype, a shape) agrees
+        return a["form"] == b["form"]
     for flag in ("in_place", "reproducible", "never_drawn", "fixed_count"):
         if a[flag] != b[flag]:
             return False
@@ -578,6 +618,38 @@ bert_mask_tokens = Exercise(
             "the last id, vocab_size - 1, is never drawn as a random token: torch.randint's "
             "high is exclusive, so draw with torch.randint(0, vocab_size, ...), not vocab_size - 1.",
             _mask_randint_high,
+        ),
+        Mistake(
+            "random-from-one",
+            "id 0 is never drawn as a random token: it is a token like any other, so draw from "
+            "the whole range, torch.randint(0, vocab_size, ...).",
+            _mask_random_from_one,
+        ),
+        Mistake(
+            "random-of-rest",
+            "too few chosen positions get a random token: of the chosen, 10% (not 10% of the "
+            "remaining 20%) get one; split them with one uniform u, u < 0.8 [MASK], "
+            "0.8 <= u < 0.9 random, the rest unchanged.",
+            _mask_random_of_rest,
+        ),
+        Mistake(
+            "labels-zero",
+            "the positions that were not chosen get label 0, a real token id: give them -100, "
+            "which the loss ignores (torch.where(chosen, tokens, -100)).",
+            _mask_labels_zero,
+        ),
+        Mistake(
+            "int64-inputs",
+            "inputs comes back as int64 for int32 tokens (torch.randint makes int64 unless "
+            "told, and torch.where promotes to it): draw the random ids with dtype=tokens.dtype, "
+            "so inputs keeps the dtype of tokens.",
+            _mask_int64_inputs,
+        ),
+        Mistake(
+            "fixed-mask-id",
+            "the [MASK] written is a fixed id (BERT's 103): write the mask_id argument, which "
+            "depends on the tokenizer.",
+            _mask_fixed_mask_id,
         ),
     ],
     driver=TrialDriver(

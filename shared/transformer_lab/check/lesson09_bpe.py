@@ -27,7 +27,17 @@ _FORBIDDEN = (
 )
 
 
-def _merge(symbols, pair, first_only=False):
+def _merge(symbols, pair, first_only=False, from_right=False):
+    if from_right:  # the occurrences taken from the right: a a a -> a aa
+        out, i = [], len(symbols) - 1
+        while i >= 0:
+            if i > 0 and (symbols[i - 1], symbols[i]) == tuple(pair):
+                out.insert(0, symbols[i - 1] + symbols[i])
+                i -= 2
+            else:
+                out.insert(0, symbols[i])
+                i -= 1
+        return out
     out, i, merged = [], 0, False
     while i < len(symbols):
         if (
@@ -56,8 +66,13 @@ def _learn(
     first_only=False,
     tie="min",
     recount=True,
+    from_right=False,
+    min_count=1,
+    end_of_word=False,
 ):
     """The algorithm with switches, each switch one catalogued mistake."""
+    if end_of_word:  # Sennrich's '</w>' appended to every word
+        word_counts = {(*word, "</w>"): n for word, n in word_counts.items()}
     if across:  # the whole corpus as one stream of symbols: pairs span word boundaries
         stream = [c for word, n in word_counts.items() for _ in range(n) for c in word]
         words = {0: (stream, 1)}
@@ -74,7 +89,7 @@ def _learn(
             if len(merges) == len(fixed):
                 break
             best = fixed[len(merges)]
-        elif not counts:
+        elif not counts or max(counts.values()) < min_count:
             break
         elif tie == "max":
             best = max(counts, key=lambda p: (counts[p], p))
@@ -83,7 +98,7 @@ def _learn(
         else:
             best = min(counts, key=lambda p: (-counts[p], p))
         merges.append(best)
-        words = {k: (_merge(s, best, first_only), n) for k, (s, n) in words.items()}
+        words = {k: (_merge(s, best, first_only, from_right), n) for k, (s, n) in words.items()}
     return merges
 
 
@@ -109,6 +124,18 @@ def _learn_tie_first(word_counts, n_merges):
 
 def _learn_no_recount(word_counts, n_merges):
     return _learn(word_counts, n_merges, recount=False)
+
+
+def _learn_from_right(word_counts, n_merges):
+    return _learn(word_counts, n_merges, from_right=True)
+
+
+def _learn_stop_at_one(word_counts, n_merges):
+    return _learn(word_counts, n_merges, min_count=2)
+
+
+def _learn_end_of_word(word_counts, n_merges):
+    return _learn(word_counts, n_merges, end_of_word=True)
 
 
 def _learn_joined(word_counts, n_merges):
@@ -263,6 +290,24 @@ learn_bpe = Exercise(
             "the start are not the merges.",
             _learn_no_recount,
         ),
+        Mistake(
+            "from-right",
+            "overlapping occurrences are merged from the right (a a a -> a aa): merge left to "
+            "right without overlaps, so ('a', 'a') turns a a a into aa a.",
+            _learn_from_right,
+        ),
+        Mistake(
+            "stop-at-one",
+            "learning stops when the most frequent pair occurs only once: a pair seen once is "
+            "merged like any other; stop early only when no word has two symbols left.",
+            _learn_stop_at_one,
+        ),
+        Mistake(
+            "end-of-word",
+            "an end-of-word symbol ('</w>') is added to every word: this exercise learns on the "
+            "characters alone, each word starting as list(word).",
+            _learn_end_of_word,
+        ),
     ],
     driver=ExactDriver(
         _learn_cases,
@@ -278,8 +323,10 @@ learn_bpe = Exercise(
 # Exercise 4 — bpe_encode(word, ranks) -> [piece, ...]
 
 
-def _encode(word, ranks, *, pick="lowest", once=False):
+def _encode(word, ranks, *, pick="lowest", once=False, from_right=False, joined_keys=False):
     """The algorithm with switches, each switch one catalogued mistake."""
+    if joined_keys:  # the pairs looked up as strings a + b, which are no keys of ranks
+        ranks = {"".join(pair): rank for pair, rank in ranks.items()}
     symbols = list(word)
     while len(symbols) > 1:
         pairs = list(zip(symbols, symbols[1:]))
@@ -295,7 +342,7 @@ def _encode(word, ranks, *, pick="lowest", once=False):
             best = ranked[0]
         else:
             best = min(ranked, key=ranks.__getitem__)
-        symbols = _merge(symbols, best)
+        symbols = _merge(symbols, best, from_right=from_right)
         if once:
             break
     return symbols
@@ -315,6 +362,14 @@ def _encode_leftmost(word, ranks):
 
 def _encode_once(word, ranks):
     return _encode(word, ranks, once=True)
+
+
+def _encode_from_right(word, ranks):
+    return _encode(word, ranks, from_right=True)
+
+
+def _encode_joined_keys(word, ranks):
+    return _encode(word, ranks, joined_keys=True)
 
 
 def _encode_empty_word(word, ranks):
@@ -357,12 +412,15 @@ def _encode_joined(word, ranks):
 # fails there too); "cabc" the most frequent pair.
 _HAND_RANKS = {("b", "c"): 0, ("a", "b"): 1, ("c", "a"): 2, ("ca", "b"): 3, ("ab", "ab"): 4}
 _HAND_WORDS = ("bca", "abab", "abcbca", "cabc", "abcab", "a", "")
+# one symbol repeated: its pair's occurrences overlap, and are merged left to right
+_REPEAT_RANKS = {("a", "a"): 0, ("aa", "a"): 1, ("aa", "aa"): 2}
 
 
 def _encode_cases(thorough: bool) -> list[Call]:
     sennrich = _bert.merge_ranks(_learn(SENNRICH, 10))
     cases = [(w, _HAND_RANKS, "_HAND_RANKS") for w in _HAND_WORDS]
     cases += [(w, sennrich, "SENNRICH") for w in ("lowest", "newer", "widest", "slow", "xyz")]
+    cases += [(w, _REPEAT_RANKS, "_REPEAT_RANKS") for w in ("aaa", "aaaaa")]  # left to right
     if thorough:
         for seed in (9200, 9201, 9202):
             corpus = _random_corpus(seed)
@@ -372,7 +430,7 @@ def _encode_cases(thorough: bool) -> list[Call]:
     return [
         Call(
             (word, ranks),
-            label=f"bpe_encode({word!r}, ranks) with ranks {ranks if name == '_HAND_RANKS' else name}",
+            label=f"bpe_encode({word!r}, ranks) with ranks {ranks if name.startswith('_') else name}",
         )
         for word, ranks, name in cases
     ]
@@ -443,6 +501,18 @@ bpe_encode = Exercise(
             "joined",
             "return the list of pieces, not one string of them joined with spaces.",
             _encode_joined,
+        ),
+        Mistake(
+            "from-right",
+            "the occurrences of the pair are merged from the right (a a a -> a aa): merge every "
+            "occurrence left to right without overlaps, so ('a', 'a') turns a a a into aa a.",
+            _encode_from_right,
+        ),
+        Mistake(
+            "joined-keys",
+            "no merge is ever made: the keys of ranks are pairs of strings, so look up the tuple "
+            "(a, b), not the joined string a + b.",
+            _encode_joined_keys,
         ),
     ],
     driver=ExactDriver(

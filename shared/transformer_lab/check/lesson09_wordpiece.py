@@ -102,6 +102,25 @@ def _wp_no_limit(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     return _wp(word, vocab, unk_token, max_chars_per_word, limit=False)
 
 
+def _wp_literal_unk(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, "[UNK]", max_chars_per_word)
+
+
+def _wp_from_right(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    """Greedy longest match from the end of the word: the longest suffix in the vocabulary
+    first, then the longest piece before it."""
+    if len(word) > max_chars_per_word:
+        return [unk_token]
+    pieces, end = [], len(word)
+    while end > 0:
+        starts = [k for k in range(end) if ("##" if k else "") + word[k:end] in vocab]
+        if not starts:
+            return [unk_token]
+        pieces.insert(0, ("##" if starts[0] else "") + word[starts[0] : end])
+        end = starts[0]
+    return pieces
+
+
 # A small vocabulary whose pieces tell the mistakes apart: a shortest match, a piece that exists
 # only without (or only with) '##', and words with an uncovered character.
 TOY_VOCAB = frozenset(
@@ -263,6 +282,19 @@ wordpiece_tokenize = Exercise(
             "the result is always a list of pieces, an unknown word's too ([unk_token]): return "
             "the list itself, not the bare string unk_token or the pieces joined into a string.",
             _wp_unk_string,
+        ),
+        Mistake(
+            "literal-unk",
+            "an unknown word becomes the literal '[UNK]': return [unk_token], the token the "
+            "caller passed ('[UNK]' is only its default).",
+            _wp_literal_unk,
+        ),
+        Mistake(
+            "from-right",
+            "the word is cut from its end (the longest suffix first): WordPiece is greedy from "
+            "the START, the longest piece beginning at `start`, then the longest '##' piece "
+            "after it.",
+            _wp_from_right,
         ),
     ],
     driver=TrialDriver(_wordpiece_cases, _wordpiece_trial, covered="every word, exact pieces"),

@@ -94,12 +94,15 @@ def name_unused(unused: list[str], used: list[str]) -> Named | None:
     layer = lambda key: key.rsplit(".", 1)[0]  # noqa: E731
     biases = [k for k in unused if k.endswith(".bias") and f"{layer(k)}.weight" in used]
     if len(biases) == len(unused):
-        layers = ", ".join(f"`{layer(k)}`" for k in biases)
+        layers = [f"`{layer(k)}`" for k in biases]
+        one = len(layers) == 1
+        listed = layers[0] if one else ", ".join(layers[:-1]) + " and " + layers[-1]
         return (
             "bias-unused",
-            f"the bias of {layers} never reaches your output: its weight is used by hand "
-            "(x @ layer.weight.T) and the bias left out; call the layer itself, self.w(x), "
-            "which adds both",
+            f"the {'bias' if one else 'biases'} of {listed} never {'reaches' if one else 'reach'} "
+            f"your output: {'its weight is' if one else 'their weights are'} used by hand "
+            "(x @ layer.weight.T), which leaves the bias out; call the layer itself, "
+            f"self.{layer(biases[0])}(...), which adds both",
         )
     names = []  # a layer none of whose parameters is used by its name, else the parameter's
     for key in unused:

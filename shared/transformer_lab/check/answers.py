@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .exercise import NotWrittenYet, fail
+from .exercise import Mistake, NotWrittenYet, fail
 
 
 def unanswered(name: str) -> NotWrittenYet:
@@ -43,5 +43,10 @@ def letters(name: str, value, options: str, *, many: bool = False) -> str:
     if not chosen or any(letter not in options for letter in chosen):
         fail(name, f"the answer should be made of the letters {choices}, got {value!r}")
     if not many and (len(words) != 1 or len(chosen) != 1):
-        fail(name, f"choose exactly one of {choices}, got {value!r}")
+        several = Mistake(
+            "several-letters",
+            "the question has one correct statement and asks for its letter alone: several "
+            "letters are not read as a partial answer, so keep the one you can justify.",
+        )
+        fail(name, f"choose exactly one of {choices}, got {value!r}", mistake=several)
     return "".join(sorted(set(chosen)))

@@ -89,15 +89,31 @@ class _TensorDriver(Driver):
         where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
         return f"forward and gradients, float64 and float32 on {where}"
 
-    def compare(self, ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves):
-        """Outputs first (naming a catalogued mistake if one matches), then every gradient."""
+    def compare(
+        self,
+        ex,
+        case,
+        setting,
+        expected,
+        got,
+        run_mistake,
+        index,
+        ref_leaves,
+        stu_leaves,
+        unexplained: Callable | None = None,
+    ):
+        """Outputs first (naming a catalogued mistake if one matches, else a generic one, else
+        what `unexplained()` finds), then every gradient."""
         device, dtype = setting
         text = case.text(dtype, device)
         problem = compare.compare_outputs(expected, got, self.outputs, dtype, device)
         if problem:
             same = lambda a, b: compare.same_within_tolerance(a, b, dtype, device)  # noqa: E731
             sizes = _sizes(case, ref_leaves)
-            fail(ex, problem, text, ex.diagnose(run_mistake, got, expected, same, sizes))
+            mistake = ex.diagnose(run_mistake, got, expected, same, sizes)
+            if mistake is None and unexplained is not None:
+                mistake = unexplained()
+            fail(ex, problem, text, mistake)
         cot = compare.cotangents(expected, seed=7 + index)
         ref_grads = compare.backward(expected, cot, [v for _, v in ref_leaves])
         try:  # the student's graph: an in-place change autograd needed raises only here
@@ -129,8 +145,10 @@ def _sizes(case: Case, leaves) -> set[int]:
     return sizes | {v for v in case.init.values() if isinstance(v, int) and not isinstance(v, bool)}
 
 
-def _student_call(ex, student_obj, call, what: str, case_text: str | None = None):
-    """call() under the exercise's forbidden names; the student's own exception fails the check."""
+def _student_call(ex, student_obj, call, what: str, case_text: str | None = None, run_mistake=None):
+    """call() under the exercise's forbidden names; the student's own exception fails the check,
+    named by the catalogued mistake that raises the very same error on the same case (when
+    `run_mistake(impl)` runs one), else by what the error says (``check.crashes``)."""
     try:
         return ex.run_student(student_obj, call)
     except ImplementThisYourself:
@@ -138,31 +156,131 @@ def _student_call(ex, student_obj, call, what: str, case_text: str | None = None
     except NotImplementedError as err:  # an untouched stub says so in one line
         exercise.not_implemented(ex, student_obj, err, what, case_text)
     except Exception as err:
-        fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, cause=err)
+        mistake = _same_crash(ex, run_mistake, err)
+        fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, mistake, cause=err)
+
+
+def _same_crash(ex, run_mistake, err: Exception) -> exercise.Mistake | None:
+    """The first catalogued mistake that raises an error of the same type with the same message
+    as the student's `err` (its sizes included) on the same case, or None."""
+    if run_mistake is None:
+        return None
+    for mistake in ex.mistakes:
+        if mistake.impl is None:
+            continue
+        try:
+            with torch.no_grad():
+                run_mistake(mistake.impl)
+        except Exception as theirs:
+            if type(theirs) is type(err) and _same_message(str(theirs), str(err)):
+                return mistake
+    return None
+
+
+_RESHAPE = re.compile(r"shape '\[([-\d, ]*)\]' is invalid for input of size (\d+)")
+
+
+def _same_message(a: str, b: str) -> bool:
+    """The same error message; a reshape's target shape may leave an axis to -1 in one and
+    spell it out in the other (view(B, L, h, -1) and view(B, L, h, d_k) fail alike)."""
+    if a == b:
+        return True
+    found = _RESHAPE.fullmatch(a), _RESHAPE.fullmatch(b)
+    if not all(found):
+        return False
+    (shape_a, size_a), (shape_b, size_b) = (f.groups() for f in found)
+    dims_a, dims_b = shape_a.split(","), shape_b.split(",")
+    return (
+        size_a == size_b
+        and len(dims_a) == len(dims_b)
+        and all(
+            x.strip() == y.strip() or "-1" in (x.strip(), y.strip()) for x, y in zip(dims_a, dims_b)
+        )
+    )
+
+
+def _reaches(outputs, params: list) -> list[bool] | None:
+    """Whether each parameter reaches the floating outputs through autograd (None: no graph)."""
+    outs = [
+        o
+        for o in compare.as_tuple(outputs)
+        if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad
+    ]
+    if not outs or not params or not all(p.requires_grad for p in params):
+        return None
+    try:
+        grads = torch.autograd.grad(
+            outs,
+            params,
+            grad_outputs=[torch.ones_like(o) for o in outs],
+            allow_unused=True,
+            retain_graph=True,
+        )
+    except RuntimeError:
+        return None
+    return [g is not None for g in grads]
+
+
+def _unused_parameters(reference: nn.Module, student: nn.Module, expected, got):
+    """The mistake of parameters the reference's output depends on and the student's does not
+    (``parameters.name_unused``), or None."""
+    ref_params, stu_params = dict(reference.named_parameters()), dict(student.named_parameters())
+    keys = [k for k in ref_params if k in stu_params]
+    ref_used = _reaches(expected, [ref_params[k] for k in keys])
+    stu_used = _reaches(got, [stu_params[k] for k in keys])
+    if ref_used is None or stu_used is None:
+        return None
+    unused = [k for k, r, u in zip(keys, ref_used, stu_used) if r and not u]
+    named = parameters.name_unused(unused, [k for k, u in zip(keys, stu_used) if u])
+    return exercise.Mistake(*named) if named else None
 
 
 def _own_copies(inputs: dict) -> dict:
-    """The student's own copy of every integer or bool tensor (moving one to its own device does
-    not copy it), so that an in-place change is seen, and spares the reference's graph."""
-    return {
-        k: v.clone() if isinstance(v, torch.Tensor) and not v.is_floating_point() else v
-        for k, v in inputs.items()
-    }
+    """The student's own copy of every tensor input (moving one to its own device or dtype does
+    not copy it), so that an in-place change is seen and spares the reference's graph; a floating
+    one stays a fresh leaf, requiring gradients as the caller's does."""
+    return {k: _own_copy(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
-def _require_unchanged(ex, ref_in: dict, stu_in: dict, text: str, mistake=None) -> None:
-    """An integer or bool input the student's function changed in place fails, named as such:
-    by `mistake` where the exercise words it itself, else by the generic sentence."""
+def _own_copy(value: torch.Tensor) -> torch.Tensor:
+    if value.is_floating_point():
+        return value.detach().clone().requires_grad_(value.requires_grad)
+    return value.clone()
+
+
+def _unchanged(given: torch.Tensor, own: torch.Tensor) -> bool:
+    """Same shape and entries (NaN where NaN was): what a copy the student left alone keeps."""
+    if given.shape != own.shape or given.dtype != own.dtype:
+        return False
+    given, own = given.detach(), own.detach()
+    if given.is_floating_point():
+        both_nan = given.isnan() & own.isnan()
+        return bool(((given == own) | both_nan).all())
+    return torch.equal(given, own)
+
+
+def _require_unchanged(
+    ex, ref_in: dict, stu_in: dict, text: str, mistake=None, what: str = "your function"
+) -> None:
+    """A tensor input the student's code changed in place fails, named as such: by `mistake`
+    where the exercise words it itself, else by the generic sentence (for an integer or bool
+    input, how to make a new one; for a floating one, how to compute a new one)."""
     for key, value in stu_in.items():
-        if isinstance(value, torch.Tensor) and not value.is_floating_point():
-            if not torch.equal(value, ref_in[key]):
+        if isinstance(value, torch.Tensor) and not _unchanged(ref_in[key], value):
+            if value.is_floating_point():
+                sentence = (
+                    f"do not change `{key}` in place (the caller still needs it): `{key} /= ...`, "
+                    f"`{key}.mul_(...)` or `{key}[...] = ...` rewrite the caller's tensor, even "
+                    f"under torch.no_grad(); compute a new one instead (`{key} = {key} / ...`)"
+                )
+            else:
                 sentence = (
                     f"do not change `{key}` in place (the caller still needs it): make a new "
                     f"tensor (torch.where(...), {key}.clamp(...), or {key}.clone() first), not "
                     f"{key}[...] = ..."
                 )
-                problem = f"your function changed its input `{key}` in place"
-                fail(ex, problem, text, mistake or exercise.Mistake("in-place-input", sentence))
+            problem = f"{what} changed its input `{key}` in place"
+            fail(ex, problem, text, mistake or exercise.Mistake("in-place-input", sentence))
 
 
 def _named_arguments(ex, args: tuple, kwargs: dict) -> dict:
@@ -197,11 +315,13 @@ class FunctionDriver(_TensorDriver):
         expected = compare.as_tuple(ex.reference(**ref_in))
         stu_in = _own_copies(compare.move(base, dtype, device, True))
         text = case.text(dtype, device)
-        got = _student_call(ex, student_fn, lambda: student_fn(**stu_in), "your function", text)
-        _require_unchanged(ex, ref_in, stu_in, text)
 
         def run_mistake(impl):
             return impl(**compare.move(base, dtype, device, False))
+
+        call = lambda: student_fn(**stu_in)  # noqa: E731
+        got = _student_call(ex, student_fn, call, "your function", text, run_mistake)
+        _require_unchanged(ex, ref_in, stu_in, text)
 
         leaves = (self.grad_leaves(ref_in), self.grad_leaves(stu_in))
         self.compare(ex, case, setting, expected, got, run_mistake, index, *leaves)
@@ -233,8 +353,7 @@ class ModuleDriver(_TensorDriver):
 
         ref_in = compare.move(base, dtype, device, True)
         expected = compare.as_tuple(reference(**ref_in))
-        stu_in = compare.move(base, dtype, device, True)
-        got = _student_call(ex, student_cls, lambda: student(**stu_in), "your forward", text)
+        stu_in = _own_copies(compare.move(base, dtype, device, True))
 
         def run_mistake(impl):
             wrong = impl(**case.init)
@@ -242,12 +361,28 @@ class ModuleDriver(_TensorDriver):
             wrong.to(device=device, dtype=dtype).eval()
             return wrong(**compare.move(base, dtype, device, False))
 
+        call = lambda: student(**stu_in)  # noqa: E731
+        got = _student_call(ex, student_cls, call, "your forward", text, run_mistake)
+        _require_unchanged(ex, ref_in, stu_in, text, None, "your forward")
+
         stu_params = dict(student.named_parameters())
         ref_leaves = self.grad_leaves(ref_in) + list(reference.named_parameters())
         stu_leaves = self.grad_leaves(stu_in) + [
             (k, stu_params[k]) for k, _ in reference.named_parameters()
         ]
-        self.compare(ex, case, setting, expected, got, run_mistake, index, ref_leaves, stu_leaves)
+        unexplained = lambda: _unused_parameters(reference, student, expected, got)  # noqa: E731
+        self.compare(
+            ex,
+            case,
+            setting,
+            expected,
+            got,
+            run_mistake,
+            index,
+            ref_leaves,
+            stu_leaves,
+            unexplained,
+        )
 
 
 @dataclass(frozen=True)
@@ -285,7 +420,7 @@ class ExactDriver(Driver):
     `cases(thorough)` gives Call objects. A wrong result fails as "<call> returned X, expected Y";
     with `describe(expected, got) -> problem` it fails as that problem with the call's text as the
     case. The mistake whose `impl(*args, **kwargs)` `equal`s the student's result is named.
-    The student gets its own copy of every integer or bool tensor, as FunctionDriver gives it: one
+    The student gets its own copy of every tensor, as FunctionDriver and ModuleDriver give it: one
     changed in place fails, named by `in_place` where the exercise words it, else generically.
     `covered` is the passing line's summary, e.g. "every kind, length and kernel size".
     """
@@ -314,16 +449,24 @@ class ExactDriver(Driver):
         own = _own_copies(given)
         args = tuple(own[k] for k in list(given)[: len(call.args)])
         kwargs = {k: own[k] for k in list(given)[len(call.args) :]}
-        got = _student_call(ex, student_fn, lambda: student_fn(*args, **kwargs), text)
+
+        def run_mistake(impl):  # on copies of its own: a mistake may change its inputs in place
+            mine = _own_copies(given)
+            names = list(given)
+            return impl(
+                *(mine[k] for k in names[: len(call.args)]),
+                **{k: mine[k] for k in names[len(call.args) :]},
+            )
+
+        student_call = lambda: student_fn(*args, **kwargs)  # noqa: E731
+        got = _student_call(ex, student_fn, student_call, text, None, run_mistake)
         _require_unchanged(ex, given, own, text, self.in_place)
         if self.equal(got, expected):
             return
         values = [*call.args, *call.kwargs.values()]
         sizes = {s for v in values if isinstance(v, torch.Tensor) for s in v.shape}
         sizes |= {v for v in values if isinstance(v, int) and not isinstance(v, bool)}
-        mistake = ex.diagnose(
-            lambda impl: impl(*call.args, **call.kwargs), got, expected, self.equal, sizes
-        )
+        mistake = ex.diagnose(run_mistake, got, expected, self.equal, sizes)
         if self.describe is not None:
             fail(ex, self.describe(expected, got), text, mistake)
         fail(ex, f"{text} returned {got!r}, expected {expected}", mistake=mistake)

@@ -152,6 +152,38 @@ class _RNNFirstState(_rnn.RNN):
         return out, out[:, 0]
 
 
+class _RNNReversedLoop(_rnn.RNN):
+    """for t in reversed(range(L)): the steps are read from the end and recorded in that order."""
+
+    def forward(self, x, h0=None):
+        out, h = super().forward(x.flip(1), h0)
+        return out, h
+
+
+class _RNNHiddenUntransposed(_rnn.RNN):
+    """h @ W_hh where h @ W_hhᵀ belongs (a square matrix: no shape error)."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t]) + h @ self.w_hh.weight + self.w_hh.bias)
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
+class _RNNStateSizedByInput(_rnn.RNN):
+    """The default h0 made as zeros (B, d_in): w_hh cannot take it when d_in != d_hidden."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], x.shape[-1]) if h0 is None else h0
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h))
+            outs.append(h)
+        return torch.stack(outs, 1), h
+
+
 def _rnn_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_in, d_h, h0=False):
         def make(g):
@@ -264,6 +296,26 @@ RNN = Exercise(
             "step's, outputs[:, -1] (or the h the loop ends with).",
             _RNNFirstState,
         ),
+        Mistake(
+            "reversed-loop",
+            "the loop runs over the steps from the end (reversed(range(L))): step t must read "
+            "x[:, t] in order, t = 0 … L-1, and outputs[:, t] is the state after it.",
+            _RNNReversedLoop,
+        ),
+        Mistake(
+            "w_hh-untransposed",
+            "h @ w_hh.weight uses W_hh untransposed: nn.Linear stores W as (out, in) and "
+            "computes h W_hhᵀ + b, so write h @ self.w_hh.weight.T, or call the layer, "
+            "self.w_hh(h).",
+            _RNNHiddenUntransposed,
+        ),
+        Mistake(
+            "state-sized-d_in",
+            "a tensor of width d_in goes into w_hh, which takes d_hidden features: the default "
+            "initial state is zeros of shape (B, d_hidden), x.new_zeros(x.shape[0], "
+            "self.d_hidden), and only x_t goes through w_xh.",
+            _RNNStateSizedByInput,
+        ),
     ],
     driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),
     doc="an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)",
@@ -323,6 +375,11 @@ def _steps_unknown_kind(kind, n, kernel_size=3):
 def _steps_float(kind, n, kernel_size=3):
     """The conv count computed on floats, e.g. -(-(n - 1) // (k - 1)) with (n - 1) / ...: 4.0."""
     return float(_steps_plain(kind, n, kernel_size))
+
+
+def _steps_kernel_ignored(kind, n, kernel_size=3):
+    """The conv count with the default width 3 whatever kernel_size is given."""
+    return _steps_plain(kind, n, 3 if kind == "conv" else kernel_size)
 
 
 def _whole_number_equal(got, expected) -> bool:
@@ -420,6 +477,13 @@ sequential_steps = Exercise(
             "ValueError that names it, not be answered like one of the three.",
             _steps_unknown_kind,
         ),
+        Mistake(
+            "kernel-size-ignored",
+            "kernel_size is ignored (the count is the one for width 3): each extra width-k layer "
+            "widens the window by k-1 tokens, so use the kernel_size given, "
+            "ceil((n-1)/(kernel_size-1)).",
+            _steps_kernel_ignored,
+        ),
     ],
     driver=CustomDriver(_check_steps),
     doc="sequential_steps(kind, n, kernel_size=3) -> int for 'rnn', 'conv' and 'attention'",
@@ -469,6 +533,11 @@ def _john_mistakes() -> dict[str, Mistake]:
             f"the relative clause alone ('the' … 'Vienna,') is {steps - 2} words, but the state "
             f"must also pass through 'is' and 'visiting': {steps} steps from 'John'.",
         ),
+        "commas-as-tokens": Mistake(
+            "commas-as-tokens",
+            f"the commas are not steps of their own: the words are those of sentence.split(), "
+            f"punctuation attached ('John,', 'Vienna,'), so {steps} steps, not {steps + 2}.",
+        ),
         "attention-zero-layers": Mistake(
             "attention-zero-layers",
             "'directly' still takes one layer: a single self-attention layer connects every pair "
@@ -514,6 +583,7 @@ def practice_john(value, thorough: bool = False) -> None:
         right["rnn_steps"] - 1: "words-between",
         len(SENTENCE.split()): "whole-sentence",
         right["rnn_steps"] - 2: "clause-only",
+        right["rnn_steps"] + 2: "commas-as-tokens",
     }
     if steps != right["rnn_steps"]:
         key = by_steps.get(steps)

@@ -129,6 +129,21 @@ def _sdpa_scores_as_weights(q, k, v, mask=None):
     return torch.softmax(s, -1).nan_to_num(0.0) @ v, s
 
 
+def _sdpa_mask_added(q, k, v, mask=None):
+    """The bool mask added to the scores as 0/1 (an additive mask's habit), so nothing is masked."""
+    s = _scores(q, k) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s + mask.to(s.dtype)
+    w = torch.softmax(s, -1).nan_to_num(0.0)
+    return w @ v, w
+
+
+def _sdpa_scale_after_softmax(q, k, v, mask=None):
+    """The softmax of the unscaled scores, its weights divided by √d_k afterwards."""
+    w, d_k = _sdpa_no_scale(q, k, v, mask)[1], q.shape[-1]
+    return w @ v / math.sqrt(d_k), w / math.sqrt(d_k)
+
+
 def _sdpa_cases(thorough: bool) -> list[Case]:
     def case(batch, Lq, Lk, d_k, d_v, mask=None, scale=1.0, label=""):
         def make(g):
@@ -278,6 +293,19 @@ scaled_dot_product_attention = Exercise(
             "the weights returned are the scores before the softmax: return softmax(scores), "
             "whose rows sum to 1 (the same weights that multiply v).",
             _sdpa_scores_as_weights,
+        ),
+        Mistake(
+            "bool-mask-added",
+            "the bool mask is added to the scores (as 0 and 1), which masks nothing: a bool "
+            "mask says where a query may attend, so fill the other scores with -inf, "
+            "scores.masked_fill(~mask, float('-inf')).",
+            _sdpa_mask_added,
+        ),
+        Mistake(
+            "scale-after-softmax",
+            "the weights are divided by √d_k after the softmax, so their rows no longer sum to "
+            "1: divide the scores, softmax(q kᵀ / √d_k).",
+            _sdpa_scale_after_softmax,
         ),
     ],
     driver=FunctionDriver(_sdpa_cases, outputs=("output", "weights")),

@@ -369,6 +369,43 @@ class _MHAResidualInside(_MHAWiring):
     residual_inside = True
 
 
+class _MHAValuesFromX(_multihead.MultiHeadAttention):
+    """The keys from context, the values from x: cross-attention cannot weigh L_q values by
+    L_k weights."""
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = _split(self.w_q(x), h), _split(self.w_k(c), h), _split(self.w_v(x), h)
+        return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
+class _MHAContextSplitWithLq(_multihead.MultiHeadAttention):
+    """The context's projections reshaped with x's length: a context of another length breaks."""
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        B, L, d = x.shape
+        h = self.n_heads
+
+        def split(t):
+            return t.reshape(B, L, h, d // h).transpose(1, 2)
+
+        q, k, v = split(self.w_q(x)), split(self.w_k(c)), split(self.w_v(c))
+        return self.w_o(_merge(_sdpa(q, k, v, mask)))
+
+
+class _MHAInterleavedHeads(_multihead.MultiHeadAttention):
+    """Every projection split as (B, L, d_k, h), head i taking every h-th feature, and merged
+    back the same way."""
+
+    def forward(self, x, context=None, mask=None):
+        c = x if context is None else context
+        h = self.n_heads
+        q, k, v = (_split_interleaved(t, h) for t in (self.w_q(x), self.w_k(c), self.w_v(c)))
+        return self.w_o(_merge_interleaved(_sdpa(q, k, v, mask)))
+
+
 def _mha_cases(thorough: bool) -> list[Case]:
     def case(B, L_q, d_model, n_heads, L_k=None, mask=None, bias=True, label=""):
         def make(g):
@@ -510,6 +547,27 @@ MultiHeadAttention = Exercise(
             "the merged heads are added to W^O's output (a residual inside the layer): return "
             "self.w_o(merged) alone; the residual belongs to the block.",
             _MHAResidualInside,
+        ),
+        Mistake(
+            "values-from-x",
+            "the values are projected from x: the keys and the values both come from context, "
+            "self.w_k(context) and self.w_v(context), so that the L_k weights of each query "
+            "weigh L_k values.",
+            _MHAValuesFromX,
+        ),
+        Mistake(
+            "context-split-with-L_q",
+            "the keys and values are reshaped with x's length L_q: they come from context, "
+            "whose length L_k may differ; split them with their own length (split_heads, or "
+            "reshape(B, -1, h, d_k)).",
+            _MHAContextSplitWithLq,
+        ),
+        Mistake(
+            "interleaved-heads",
+            "the heads are split as (B, L, d_k, h), so head i takes every h-th feature: head i "
+            "is the block of features i·d_k … (i+1)·d_k − 1, reshape(B, L, h, d_k) then "
+            "transpose(1, 2) (split_heads), and merge_heads undoes exactly that.",
+            _MHAInterleavedHeads,
         ),
     ],
     driver=ModuleDriver(_mha_cases, outputs=("output",)),

@@ -3,11 +3,20 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import positional as _positional
-from .compare import TOLERANCES, compare_tensor
-from .drivers import CustomDriver, FunctionDriver, ModuleDriver, RaisesDriver, Reject
+from .compare import TOLERANCES, compare_tensor, same_within_tolerance
+from .drivers import (
+    CustomDriver,
+    FunctionDriver,
+    ModuleDriver,
+    RaisesDriver,
+    Reject,
+    init_parameters,
+)
 from .exercise import Case, Exercise, Mistake, fail
 from .forbid import ImplementThisYourself
 
@@ -77,6 +86,17 @@ def _pe_from_one(n_positions, d_model):
 def _pe_odd_rounded_up(n_positions, d_model):
     d = d_model + d_model % 2
     return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d))
+
+
+def _pe_log10(n_positions, d_model):
+    """ω_k = exp(−2k·log10(10000)/d_model): the base e^4 ≈ 54.6 instead of 10000."""
+    return _table(n_positions, d_model, torch.exp(-_pairs(d_model) * math.log10(10000.0) / d_model))
+
+
+def _pe_normalised_positions(n_positions, d_model):
+    """Row t at the position t / n_positions (a fraction of the table) instead of t."""
+    freq = 10000.0 ** (-_pairs(d_model) / d_model)
+    return _table(n_positions, d_model, freq / n_positions)
 
 
 def _sinusoidal_cases(thorough: bool) -> list[Case]:
@@ -205,6 +225,19 @@ sinusoidal_positional_encoding = Exercise(
             "sin 0 = 0 and cos 0 = 1).",
             _pe_from_one,
         ),
+        Mistake(
+            "log10",
+            "log10(10000) = 4 is not ln(10000): in ω_k = exp(−2k·ln(10000)/d_model) the log is "
+            "the natural one, math.log (or write 10000 ** (−2k/d_model)).",
+            _pe_log10,
+        ),
+        Mistake(
+            "normalised-positions",
+            "the positions are divided by n_positions: row t holds position t itself, "
+            "0, 1, 2, … (a fraction t/L is the poor signal this lesson starts from); the "
+            "frequencies ω_k alone set the scale.",
+            _pe_normalised_positions,
+        ),
     ],
     driver=CustomDriver(_check_sinusoidal),
     doc="sinusoidal_positional_encoding(n_positions, d_model) -> (n_positions, d_model)",
@@ -249,6 +282,27 @@ class _LearnedClamped(_positional.LearnedPositionalEmbedding):
     def forward(self, x, offset=0):
         t = torch.arange(offset, offset + x.shape[-2], device=x.device)
         return x + self.embedding(t.clamp(max=self.n_positions - 1))
+
+
+class _LearnedBatchAxis(_positional.LearnedPositionalEmbedding):
+    """L read as x.shape[0], the batch size: the rows no longer line up with the positions."""
+
+    def forward(self, x, offset=0):
+        n = x.shape[0]
+        if offset + n > self.n_positions:
+            raise ValueError(f"position {offset + n - 1} is beyond the table")
+        return x + self.embedding(torch.arange(offset, offset + n, device=x.device))
+
+
+class _LearnedTableDtype(_positional.LearnedPositionalEmbedding):
+    """x cast to the table's dtype before the sum: a float64 x comes back float32."""
+
+    def forward(self, x, offset=0):
+        L = x.shape[-2]
+        if offset + L > self.n_positions:
+            raise ValueError(f"position {offset + L - 1} is beyond the table")
+        rows = self.embedding(torch.arange(offset, offset + L, device=x.device))
+        return x.to(rows.dtype) + rows
 
 
 def _learned_cases(thorough: bool) -> list[Case]:
@@ -301,14 +355,63 @@ def _past_the_table(n_positions: int, x: torch.Tensor, offset: int):
     return lambda cls: cls(n_positions, x.shape[-1])(x, offset)
 
 
+_DTYPE_CASE = (
+    "x (2, 3, 4) in float64, n_positions=5, the module left in float32 (the default dtype of "
+    "its table)"
+)
+
+
+def _check_learned_dtype(ex: Exercise, student_cls) -> int:
+    """The stated rule "the same dtype as x", on the one case where the sum could lose it: a
+    float64 x through a module whose table stayed float32 (x + rows promotes to float64)."""
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(7100), dtype=torch.float64)
+    with torch.random.fork_rng(devices=[]):
+        reference = ex.reference(5, 4)
+    init_parameters(reference, seed=7101)
+    with torch.no_grad():
+        expected = reference(x)
+
+    def run(impl):
+        with torch.random.fork_rng(devices=[]):
+            layer = impl(5, 4)
+        layer.load_state_dict(reference.state_dict())
+        with torch.no_grad():
+            return layer(x)
+
+    try:
+        got = ex.run_student(student_cls, lambda: run(student_cls))
+    except (ImplementThisYourself, NotImplementedError):
+        raise
+    except Exception as err:
+        fail(ex, f"your module raised {type(err).__name__}: {err}", _DTYPE_CASE, cause=err)
+    cpu = torch.device("cpu")
+
+    def same(a, b):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and same_within_tolerance(a, b, torch.float64, cpu)
+        )
+
+    if same(got, expected):
+        return 1
+    if isinstance(got, torch.Tensor) and got.dtype != x.dtype:
+        problem = f"your output has dtype {got.dtype}, not x's {x.dtype}"
+    else:
+        problem = compare_tensor(expected, got, "the output", torch.float64, cpu)
+    fail(ex, problem, _DTYPE_CASE, ex.diagnose(run, got, expected, same))
+
+
 def _check_learned(ex: Exercise, student_cls, thorough: bool):
     """The reference comparison (weights copied in), then the ValueError past the table."""
     n = ModuleDriver(_learned_cases, outputs=("output",)).run(ex, student_cls, thorough)
+    n += _check_learned_dtype(ex, student_cls)
     n += RaisesDriver(_learned_rejects, what="your module").run(ex, student_cls, thorough)
     where = "every device" if thorough else "cpu"
     what = (
-        f"forward and gradients in float64 and float32 on {where}, offsets, ValueError past "
-        "the last row"
+        f"forward and gradients in float64 and float32 on {where}, offsets, x's dtype kept, "
+        "ValueError past the last row"
     )
     return n, what
 
@@ -353,6 +456,18 @@ LearnedPositionalEmbedding = Exercise(
             "you return the position vectors alone: add them to x (x + p_t), the token "
             "embeddings must stay in the sum.",
             _LearnedReplaces,
+        ),
+        Mistake(
+            "batch-axis-length",
+            "the number of positions is read from x.shape[0], the batch size: x is (B, L, "
+            "d_model), so the L positions are x.shape[1] (or x.shape[-2]).",
+            _LearnedBatchAxis,
+        ),
+        Mistake(
+            "table-dtype",
+            "x is cast to the table's dtype, so a float64 x comes back float32: the result keeps "
+            "x's dtype, x + rows (PyTorch promotes the sum), or rows.to(x.dtype).",
+            _LearnedTableDtype,
         ),
     ],
     driver=CustomDriver(_check_learned),
@@ -442,6 +557,13 @@ def _rope_sign_slip(x, positions=None):
     cos, sin = _rope_angles(x, positions)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]
     return torch.stack((x_even * cos + x_odd * sin, x_even * sin + x_odd * cos), -1).flatten(-2)
+
+
+def _rope_second_sign_slip(x, positions=None):
+    """x_2k+1 cos θ − x_2k sin θ in the second row: not a rotation."""
+    cos, sin = _rope_angles(x, positions)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x_even * cos - x_odd * sin, x_odd * cos - x_even * sin), -1).flatten(-2)
 
 
 def _rotary_cases(thorough: bool) -> list[Case]:
@@ -537,6 +659,12 @@ rotary_embedding = Exercise(
             "the first row has + where − belongs: the pair becomes (x_2k cos θ − x_2k+1 sin θ, "
             "x_2k sin θ + x_2k+1 cos θ), the rotation matrix [[cos, −sin], [sin, cos]].",
             _rope_sign_slip,
+        ),
+        Mistake(
+            "second-row-sign-slip",
+            "the second row has − where + belongs: the pair becomes (x_2k cos θ − x_2k+1 sin θ, "
+            "x_2k sin θ + x_2k+1 cos θ), the rotation matrix [[cos, −sin], [sin, cos]].",
+            _rope_second_sign_slip,
         ),
     ],
     driver=FunctionDriver(_rotary_cases, outputs=("output",)),

@@ -76,6 +76,13 @@ class _LayerNormAffineFirst(_add_norm.LayerNorm):
         return _normalise(self.weight * x + self.bias, -1, eps=self.eps)
 
 
+class _LayerNormShiftBeforeScale(_add_norm.LayerNorm):
+    """β added to x̂ before γ multiplies: γ · (x̂ + β)."""
+
+    def forward(self, x):
+        return self.weight * (_normalise(x, -1, eps=self.eps) + self.bias)
+
+
 class _LayerNormTwoAxes(_add_norm.LayerNorm):
     def forward(self, x):
         return self.weight * _normalise(x, (-2, -1), eps=self.eps) + self.bias
@@ -317,6 +324,11 @@ LayerNorm = Exercise(
             "large next to the spread: take the mean of (x - mean)², or x.var(-1, "
             "unbiased=False).",
             _LayerNormNaiveVariance,
+        ),
+        Mistake(
+            "shift-before-scale",
+            "β is added before γ multiplies, γ · (x̂ + β): scale first, then shift, γ · x̂ + β.",
+            _LayerNormShiftBeforeScale,
         ),
     ],
     driver=CustomDriver(_check_layer_norm),

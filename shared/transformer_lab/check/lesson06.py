@@ -168,6 +168,11 @@ def _padding_zero_too(tokens, pad_id):
     return (tokens.bool() & (tokens != pad_id))[:, None, None, :]
 
 
+def _padding_above_pad(tokens, pad_id):
+    """tokens > pad_id: right only while the padding id is the smallest id in use."""
+    return (tokens > pad_id)[:, None, None, :]
+
+
 def _padding_int(tokens, pad_id):
     return (tokens != pad_id).long()[:, None, None, :]
 
@@ -282,6 +287,12 @@ padding_mask = Exercise(
             _padding_int,
         ),
         _IN_PLACE,
+        Mistake(
+            "above-pad",
+            "tokens > pad_id masks every id below pad_id too: the padding id need not be the "
+            "smallest, so compare for (in)equality, tokens != pad_id.",
+            _padding_above_pad,
+        ),
     ],
     driver=ExactDriver(
         _padding_cases, covered=_COVERED, equal=_identical, describe=_describe, in_place=_IN_PLACE

@@ -9,6 +9,11 @@ or shapes differ it cannot, and says which. Some differences have one cause:
 - the unexpected names are those of PyTorch's ``nn.MultiheadAttention`` (``in_proj_weight``);
 - an ``nn.Linear`` weight of shape (in, out) where (out, in) belongs: its two sizes swapped;
 - a feed-forward weight four times as wide as d_model where d_ff belongs: d_ff hard-coded.
+
+And when the weights were copied in but the output differs, ``name_unused`` names parameters the
+reference's output depends on and the student's does not: a layer's bias left out (its weight
+used by hand, ``x @ w.weight.T``), or a whole layer never called (a copy-paste slip such as
+``self.w_k(x)`` where ``self.w_q(x)`` belongs).
 """
 
 from __future__ import annotations
@@ -78,3 +83,35 @@ def _plain_tensor(module: nn.Module, key: str) -> bool:
             return False
     value = getattr(owner, leaf, None)
     return isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter)
+
+
+def name_unused(unused: list[str], used: list[str]) -> Named | None:
+    """The mistake behind parameters (`unused`) that the reference's output depends on and the
+    student's does not, while it depends on the others (`used`); None when nothing is used at all
+    (an output cut off from the graph says nothing about which parameter is missing)."""
+    if not unused or not used:
+        return None
+    layer = lambda key: key.rsplit(".", 1)[0]  # noqa: E731
+    biases = [k for k in unused if k.endswith(".bias") and f"{layer(k)}.weight" in used]
+    if len(biases) == len(unused):
+        layers = [f"`{layer(k)}`" for k in biases]
+        one = len(layers) == 1
+        listed = layers[0] if one else ", ".join(layers[:-1]) + " and " + layers[-1]
+        return (
+            "bias-unused",
+            f"the {'bias' if one else 'biases'} of {listed} never {'reaches' if one else 'reach'} "
+            f"your output: {'its weight is' if one else 'their weights are'} used by hand "
+            "(x @ layer.weight.T), which leaves the bias out; call the layer itself, "
+            f"self.{layer(biases[0])}(...), which adds both",
+        )
+    names = []  # a layer none of whose parameters is used by its name, else the parameter's
+    for key in unused:
+        whole = "." in key and not any(u.startswith(layer(key) + ".") for u in used)
+        names.append(layer(key) if whole else key)
+    names = list(dict.fromkeys(names))
+    return (
+        "parameter-unused",
+        f"{', '.join(f'`{n}`' for n in names)} never {'reaches' if len(names) == 1 else 'reach'} "
+        "your output: every layer of the module has its own part in the formula (a copy-paste "
+        "slip, such as self.w_k(x) where self.w_q(x) belongs, leaves one out)",
+    )

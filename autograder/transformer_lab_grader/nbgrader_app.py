@@ -26,25 +26,43 @@ from .notebook_format import repair
 
 def run_nbgrader(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run one nbgrader command with the course's configuration."""
+    return _run(root, ["-m", "nbgrader", *args], f"nbgrader {' '.join(args)}", check)
+
+
+def run_python(root: Path, code: str, *args: str) -> subprocess.CompletedProcess:
+    """Run `code` (which drives nbgrader itself) as nbgrader's commands run."""
+    return _run(root, ["-c", code, *args], f"nbgrader for {' '.join(args)}", True)
+
+
+def _run(root: Path, argv: list[str], what: str, check: bool) -> subprocess.CompletedProcess:
     env = dict(os.environ, TRANSFORMER_LAB_COURSE_ROOT=str(root), PYTHONHASHSEED="0")
     # nbgrader runs `alembic` (its database migrations) from PATH: use this environment's.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    command = [sys.executable, "-m", "nbgrader", *args]
     result = subprocess.run(
-        command, cwd=root / "autograder", env=env, capture_output=True, text=True
+        [sys.executable, *argv], cwd=root / "autograder", env=env, capture_output=True, text=True
     )
     if check and result.returncode != 0:
         raise RuntimeError(
-            f"`nbgrader {' '.join(args)}` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+            f"`{what}` failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
         )
     return result
 
 
+GENERATE = (
+    "import sys; from transformer_lab_grader.nbgrader_app import generate_here; "
+    "[generate_here(name) for name in sys.argv[1:]]"
+)
+
+
 def generate(root: Path, names: list[str] | None = None, quiet: bool = False) -> list[Path]:
-    """`nbgrader generate_assignment --force` for each lesson; output is byte-identical run to run."""
+    """`nbgrader generate_assignment --force` for each lesson, all in one nbgrader process
+    (`generate_here`: no `alembic heads` subprocess, nbgrader imported once, not once a lesson);
+    output is byte-identical run to run."""
+    names = list(names or assignments(root))
     written = []
-    for name in names or assignments(root):
-        run_nbgrader(root, "generate_assignment", name, "--force")
+    if names:
+        run_python(root, GENERATE, *names)
+    for name in names:
         for nb_path in sorted((root / "exercises" / name).glob("*.ipynb")):
             normalise(nb_path)
             written.append(nb_path)
@@ -169,10 +187,18 @@ def generate_here(assignment: str) -> None:
     that imports nbgrader, about 6 CPU s (benchmarks/history/journal.md §29). Only for a process
     of its own: it replaces `nbgrader.api.get_alembic_version` there."""
     from nbgrader import api
+    from nbgrader.apps.generateassignmentapp import GenerateAssignmentApp
     from nbgrader.apps.nbgraderapp import NbGraderApp
 
     api.get_alembic_version = alembic_head
-    NbGraderApp.launch_instance(argv=["generate_assignment", assignment, "--force"])
+    try:
+        NbGraderApp.launch_instance(argv=["generate_assignment", assignment, "--force"])
+    except SystemExit as stop:
+        if stop.code not in (None, 0):
+            raise
+    finally:  # the next lesson in this process gets apps of its own
+        GenerateAssignmentApp.clear_instance()
+        NbGraderApp.clear_instance()
 
 
 def alembic_head() -> str:

@@ -2,12 +2,15 @@
 `generate_assignment` stamps the gradebook with nbgrader's migration head read in-process
 (`nbgrader_app.alembic_head`), not by nbgrader's `alembic heads` subprocess; loading the course's
 nbgrader configuration (every nbgrader command does) does not import the course package (torch,
-matplotlib). Each check is shown to catch its mutant.
+matplotlib); generating several lessons is one nbgrader process (`nbgrader_app.generate`), which
+still stops, saying why, on a broken source notebook. Each check is shown to catch its mutant.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +73,43 @@ def test_a_filter_importing_the_course_package_at_import_is_caught(tmp_path):
     eager = "from transformer_lab.check.feedback import is_rendered, strip_ansi\n" + source
     (tmp_path / "eager_filter.py").write_text(eager)
     assert _imports_the_course_package("eager_filter", tmp_path)
+
+
+LESSONS = ["01_rnn_limits", "02_qkv_attention"]
+
+
+def _course(tmp_path: Path) -> Path:
+    for lesson in LESSONS:
+        shutil.copytree(PACKAGE_REPO / "solutions" / lesson, tmp_path / "solutions" / lesson)
+    (tmp_path / "autograder").mkdir()
+    for path in AUTOGRADER.glob("*.py"):
+        shutil.copy(path, tmp_path / "autograder" / path.name)
+    return tmp_path
+
+
+def test_several_lessons_generate_in_one_process_as_released(tmp_path, monkeypatch):
+    """Both lessons come out byte for byte as released, from one nbgrader process; the mutant is
+    the per-lesson loop of nbgrader commands (one process, and one import of nbgrader, each)."""
+    calls = []
+    real = nbgrader_app._run
+    monkeypatch.setattr(nbgrader_app, "_run", lambda *a: calls.append(a[1]) or real(*a))
+    course = _course(tmp_path)
+    written = nbgrader_app.generate(course, LESSONS, quiet=True)
+    assert len(calls) == 1 and calls[0][:1] == ["-c"]
+    for path in written:
+        lesson = path.parent.name
+        assert path.read_bytes() == (PACKAGE_REPO / "exercises" / lesson / path.name).read_bytes()
+    assert sorted(nbgrader_app.gradebook_assignments(course)) == LESSONS
+
+
+def test_a_broken_source_notebook_stops_generation_with_nbgraders_reason(tmp_path):
+    """Two cells with one grade id: nbgrader refuses, and the error carries its words (a
+    generation that swallowed nbgrader's exit would return as if all were well)."""
+    course = _course(tmp_path)
+    path = course / "solutions" / LESSONS[1] / f"{LESSONS[1]}.ipynb"
+    nb = json.loads(path.read_text())
+    graded = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")]
+    graded[1]["metadata"]["nbgrader"]["grade_id"] = graded[0]["metadata"]["nbgrader"]["grade_id"]
+    path.write_text(json.dumps(nb))
+    with pytest.raises(RuntimeError, match="(?i)grade.?id|duplicate"):
+        nbgrader_app.generate(course, LESSONS, quiet=True)

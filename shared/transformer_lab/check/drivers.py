@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from . import compare, exercise, generic, parameters, variants
+from . import compare, crashes, exercise, generic, parameters, variants
 from .devices import available_devices, settings
 from .exercise import Case, Exercise, fail
 from .forbid import ImplementThisYourself
@@ -147,8 +147,8 @@ def _sizes(case: Case, leaves) -> set[int]:
 
 def _student_call(ex, student_obj, call, what: str, case_text: str | None = None, run_mistake=None):
     """call() under the exercise's forbidden names; the student's own exception fails the check,
-    named by the catalogued mistake that raises the very same error on the same case (when
-    `run_mistake(impl)` runs one), else by what the error says (``check.crashes``)."""
+    named by what the error says (``check.crashes``), else by the catalogued mistake that raises
+    the very same error on the same case (when `run_mistake(impl)` runs one)."""
     try:
         return ex.run_student(student_obj, call)
     except ImplementThisYourself:
@@ -156,7 +156,10 @@ def _student_call(ex, student_obj, call, what: str, case_text: str | None = None
     except NotImplementedError as err:  # an untouched stub says so in one line
         exercise.not_implemented(ex, student_obj, err, what, case_text)
     except Exception as err:
-        mistake = _same_crash(ex, run_mistake, err)
+        # what the student's own error and line say first (``check.crashes``: one cause); else
+        # the catalogued mistake that crashes the same way (it may have done more than crash)
+        named = crashes.name(err)
+        mistake = exercise.Mistake(*named) if named else _same_crash(ex, run_mistake, err)
         fail(ex, f"{what} raised {type(err).__name__}: {err}", case_text, mistake, cause=err)
 
 

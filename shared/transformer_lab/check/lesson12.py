@@ -14,8 +14,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import efficient as _efficient
-from .compare import move
-from .devices import settings
 from .drivers import CustomDriver, FunctionDriver
 from .exercise import Case, CheckFailed, Exercise, Mistake, fail
 from .forbid import ImplementThisYourself
@@ -130,28 +128,15 @@ def _tiled_bug(bug: str):
 
 
 def catalogued_crash(ex: Exercise, cases, thorough: bool, student, failed: CheckFailed):
-    """The catalogued mistake behind a crash: `failed` is a FunctionDriver(cases) failure, the
-    student's code raised on the case `failed.case`, and no mistake was named. The first mistake
-    that raises the same error (type and message) on that case's inputs is named; failing that, the
+    """The catalogued mistake behind a crash no mistake was named for (`failed`: a
+    FunctionDriver(cases) failure whose cause is the student's error). A mistake that crashes
+    alike on the same case is named by the driver already (`drivers._same_crash`); this names the
     first one whose result the student's code gives on another case, where it does not raise (a
     head index i // h_kv runs past the last K/V head only when n_rep > h_kv). None otherwise."""
     if failed.cause is None or failed.mistake_key is not None:
         return None
-    cases = cases(thorough)
-    for index, case in enumerate(cases):
-        for device, dtype in settings(thorough):
-            if case.text(dtype, device) != failed.case:
-                continue
-            base = case.make(torch.Generator().manual_seed(1000 + index))
-            for mistake in ex.mistakes:
-                try:
-                    with torch.no_grad():
-                        mistake.impl(**move(base, dtype, device, False))
-                except Exception as err:
-                    if type(err) is type(failed.cause) and str(err) == str(failed.cause):
-                        return mistake
     keys = {m.key for m in ex.mistakes}
-    for case in cases:
+    for case in cases(thorough):
         try:
             FunctionDriver(lambda _thorough, case=case: [case]).run(ex, student, False)
         except CheckFailed as other:

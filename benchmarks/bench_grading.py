@@ -123,13 +123,14 @@ def _class(tmp: Path, lesson: str, students: int, mixed: bool = False) -> Path:
 
 
 def _same(record: dict) -> dict:
-    """A record without its timings (when, how long, the checks' own "0.23 s")."""
+    """A record without its timings (when, how long, the checks' own "0.23 s"; when its files
+    were written, which each round does anew)."""
     import re
 
     same = {
         k: v
         for k, v in record.items()
-        if k not in ("seconds", "graded_at", "timings", "cpu_timings")
+        if k not in ("seconds", "graded_at", "timings", "cpu_timings", "submitted_at")
     }
     same["cells"] = {
         gid: {**c, "output": re.sub(r"\d+(\.\d+)? s\b", "<t> s", c["output"])}

@@ -449,19 +449,17 @@ class ExactDriver(Driver):
         expected = ex.reference(*call.args, **call.kwargs)
         text = call.text(ex.name)
         given = _named_arguments(ex, call.args, call.kwargs)
-        own = _own_copies(given)
-        args = tuple(own[k] for k in list(given)[: len(call.args)])
-        kwargs = {k: own[k] for k in list(given)[len(call.args) :]}
+        names, n_positional = list(given), len(call.args)
+
+        def with_inputs(fn, inputs: dict):  # the call's own split into positional and keyword
+            positional = (inputs[k] for k in names[:n_positional])
+            return fn(*positional, **{k: inputs[k] for k in names[n_positional:]})
 
         def run_mistake(impl):  # on copies of its own: a mistake may change its inputs in place
-            mine = _own_copies(given)
-            names = list(given)
-            return impl(
-                *(mine[k] for k in names[: len(call.args)]),
-                **{k: mine[k] for k in names[len(call.args) :]},
-            )
+            return with_inputs(impl, _own_copies(given))
 
-        student_call = lambda: student_fn(*args, **kwargs)  # noqa: E731
+        own = _own_copies(given)
+        student_call = lambda: with_inputs(student_fn, own)  # noqa: E731
         got = _student_call(ex, student_fn, student_call, text, None, run_mistake)
         _require_unchanged(ex, given, own, text, self.in_place)
         if self.equal(got, expected):

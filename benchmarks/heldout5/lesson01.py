@@ -260,7 +260,9 @@ JOHN_RIGHT = _answer(
 JOHN_RIGHT2 = _answer(
     {
         "answer": "B",
-        "rnn_steps": "John, the artist who has painted many murals in Vienna, is visiting".count(" "),
+        "rnn_steps": "John, the artist who has painted many murals in Vienna, is visiting".count(
+            " "
+        ),
         "attention_layers": 1,
     },
     "john_right_counted",
@@ -305,11 +307,15 @@ JOHN_WRONG = [
 ]
 
 DROP_IN_RIGHT = _answer("ACE", "drop_in_right", "Right: order, nonlinearity and causality.")
-DROP_IN_RIGHT2 = _answer("EAC", "drop_in_right_unordered", "Right: the same letters, another order.")
+DROP_IN_RIGHT2 = _answer(
+    "EAC", "drop_in_right_unordered", "Right: the same letters, another order."
+)
 DROP_IN_WRONG = [
     _answer("AE", "drop_in_no_c", "Wrong: leaves out C (no elementwise nonlinearity)."),
     _answer("AC", "drop_in_no_e", "Wrong: leaves out E (the model must not see the next word)."),
-    _answer("ACDE", "drop_in_with_d", "Wrong: adds D, though attention is parallel over positions."),
+    _answer(
+        "ACDE", "drop_in_with_d", "Wrong: adds D, though attention is parallel over positions."
+    ),
     _answer("ABCE", "drop_in_with_b", "Wrong: adds B, though one layer connects any two words."),
     _answer("A", "drop_in_order_only", "Wrong: only the missing notion of order."),
     _answer("CE", "drop_in_no_a", "Wrong: leaves out A, forgetting that attention sees a set."),

@@ -122,6 +122,24 @@ def trusted_imports() -> None:
     from . import judge, judged_execute, verify_flags  # noqa: F401
 
     torch.set_num_threads(1)
+    _warm_caches()
+
+
+def _warm_caches() -> None:
+    """Build once, in the worker, what every job would otherwise build for itself and then throw
+    away (each job is a fork of the worker): nbformat's compiled notebook schemas, strict and
+    relaxed (nbconvert validates the notebook after each of nbgrader's preprocessors; compiling
+    them cost a job about 0.4 CPU s), and SQLAlchemy's configured gradebook mappers (about 0.15).
+    benchmarks/history/journal.md §35."""
+    import nbformat
+    import nbformat.validator
+    import sqlalchemy.orm
+
+    for relaxed in (False, True):
+        nbformat.validator.get_validator(
+            version=4, version_minor=nbformat.v4.nbformat_minor, relax_add_props=relaxed
+        )
+    sqlalchemy.orm.configure_mappers()
 
 
 def _inside(path: str, folder: Path) -> bool:

@@ -41,7 +41,18 @@ def letters(name: str, value, options: str, *, many: bool = False) -> str:
     chosen = "".join(words).upper()
     choices = ", ".join(options)
     if not chosen or any(letter not in options for letter in chosen):
-        fail(name, f"the answer should be made of the letters {choices}, got {value!r}")
+        words_given = None
+        if any(len(word) > 1 and not word.isupper() for word in words):
+            words_given = Mistake(
+                "option-text",
+                "the answer is the letter that stands before the statement you chose, not the "
+                'statement\'s words: write that letter alone, in quotes (such as "B").',
+            )
+        fail(
+            name,
+            f"the answer should be made of the letters {choices}, got {value!r}",
+            mistake=words_given,
+        )
     if not many and (len(words) != 1 or len(chosen) != 1):
         several = Mistake(
             "several-letters",

@@ -154,6 +154,16 @@ class _LayerNormNaiveVariance(_add_norm.LayerNorm):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
+class _LayerNormVarianceAroundZero(_add_norm.LayerNorm):
+    """Centred numerator, but the denominator's mean square is taken around 0: E[x²]."""
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        return (
+            self.weight * centred / (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt() + self.bias
+        )
+
+
 _ZERO_INIT = Mistake(
     "zero-init",
     "γ starts at zeros, so a fresh LayerNorm outputs 0 whatever its input: γ = "
@@ -329,6 +339,13 @@ LayerNorm = Exercise(
             "shift-before-scale",
             "β is added before γ multiplies, γ · (x̂ + β): scale first, then shift, γ · x̂ + β.",
             _LayerNormShiftBeforeScale,
+        ),
+        Mistake(
+            "variance-not-centred",
+            "the denominator is the root mean square of x, mean(x²), taken around 0 rather than "
+            "around the mean: the variance is mean((x − mean)²), x.var(-1, unbiased=False), "
+            "and the mean is subtracted inside it too.",
+            _LayerNormVarianceAroundZero,
         ),
     ],
     driver=CustomDriver(_check_layer_norm),
@@ -592,6 +609,17 @@ class _BlockFFNReadsInput(_add_norm.EncoderBlock):
         return self.norm2(h + self.ffn(x))
 
 
+class _BlockFFNResidualFromInput(_add_norm.EncoderBlock):
+    """The FFN sub-layer reads the attention's result, but its residual adds the block's input."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = x + self.self_attn(self.norm1(x), mask=mask)
+            return x + self.ffn(self.norm2(h))
+        h = self.norm1(x + self.self_attn(x, mask=mask))
+        return self.norm2(x + self.ffn(h))
+
+
 class _BlockResidualAfterNorm(_add_norm.EncoderBlock):
     """Post-norm written as norm(sublayer(x)) + x: the residual is added after the norm."""
 
@@ -801,6 +829,13 @@ EncoderBlock = Exercise(
             _BlockPreNormFFNPostNorm,
         ),
         _TORCH_LAYER_NORM,
+        Mistake(
+            "ffn-residual-from-input",
+            "the FFN's residual adds the block's input x, so the attention sub-layer's result "
+            "is dropped from the skip path: each sub-layer adds its own input, the attention's "
+            "result h, norm2(h + ffn(h)) (pre-norm: h + ffn(norm2(h))).",
+            _BlockFFNResidualFromInput,
+        ),
     ],
     driver=CustomDriver(_check_block),
     doc="EncoderBlock(d_model, n_heads, d_ff, dropout=0.0, norm_first=False); forward(x, mask)",

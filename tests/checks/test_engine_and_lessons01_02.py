@@ -723,7 +723,8 @@ def assert_raises_driver_words_each_outcome(driver_class) -> None:
     with pytest.raises(check.CheckFailed) as info:
         driver.run(ex, looks_up, thorough=False)
     err = info.value
-    assert err.problem == "your function raised KeyError: 'transformer'" and err.mistake is None
+    assert err.problem == "your function raised KeyError: 'transformer'"
+    assert err.mistake_key == "lookup-error-not-checked"  # no mistake raises it: the lookup's own
     assert isinstance(err.cause, KeyError)
 
 

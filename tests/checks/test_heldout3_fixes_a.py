@@ -26,6 +26,7 @@ import pytest
 from transformer_lab import check
 from transformer_lab.check import drivers
 from transformer_lab.check import lesson05 as checks05
+from transformer_lab.check import lesson05_block as checks05_block
 from transformer_lab.check import lesson06 as checks06
 from transformer_lab.check import lesson07 as checks07
 from transformer_lab.check.devices import devices
@@ -60,7 +61,7 @@ def test_encoder_block_with_torch_layer_norm_is_named():
 
 
 def test_mutant_outputs_alone_let_torch_layer_norm_through():
-    old = drivers.ModuleDriver(checks05._block_cases)
+    old = drivers.ModuleDriver(checks05_block._block_cases)
     assert old.run(check.EXERCISES["EncoderBlock"], lesson05.BlockTorchLayerNorm, False) > 0
 
 

@@ -14,7 +14,7 @@ from torch import nn
 
 import transformer_lab
 from transformer_lab import MultiHeadAttention, check
-from transformer_lab.check import lesson05
+from transformer_lab.check import lesson05, lesson05_block
 
 # ---------------------------------------------------------------------------------------------
 # Correct student implementations.
@@ -233,12 +233,12 @@ def test_large_values_case_catches_float32_cancellation():
 
 
 def test_mutant_cases_without_padding_miss_a_hard_coded_causal_mask(monkeypatch):
-    original = lesson05._block_cases
+    original = lesson05_block._block_cases
 
     def causal_only(thorough):
         return [c for c in original(thorough) if "padding" not in c.label]
 
-    monkeypatch.setattr(lesson05, "_block_cases", causal_only)
+    monkeypatch.setattr(lesson05_block, "_block_cases", causal_only)
     assert check.EncoderBlock(BlockCausalAlways, thorough=True) is None
 
 
@@ -253,12 +253,12 @@ def test_block_wiring_mistakes_are_named_by_the_visible_check(key):
 
 
 def test_mutant_cases_with_only_post_norm_miss_the_norm_first_mistakes(monkeypatch):
-    original = lesson05._block_cases
+    original = lesson05_block._block_cases
 
     def post_norm_only(thorough):
         return [c for c in original(thorough) if not c.init["norm_first"]]
 
-    monkeypatch.setattr(lesson05, "_block_cases", post_norm_only)
+    monkeypatch.setattr(lesson05_block, "_block_cases", post_norm_only)
     ignored = check.EXERCISES["EncoderBlock"].mistake("norm_first-ignored")
     assert check.EncoderBlock(ignored.impl, thorough=True) is None
 

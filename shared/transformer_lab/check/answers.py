@@ -41,7 +41,11 @@ def letters(name: str, value, options: str, *, many: bool = False) -> str:
     chosen = "".join(words).upper()
     choices = ", ".join(options)
     if not chosen or any(letter not in options for letter in chosen):
-        fail(name, f"the answer should be made of the letters {choices}, got {value!r}")
+        fail(
+            name,
+            f"the answer should be made of the letters {choices}, got {value!r}",
+            mistake=_OPTION_TEXT if _words_not_letters(words) else None,
+        )
     if not many and (len(words) != 1 or len(chosen) != 1):
         several = Mistake(
             "several-letters",
@@ -50,3 +54,16 @@ def letters(name: str, value, options: str, *, many: bool = False) -> str:
         )
         fail(name, f"choose exactly one of {choices}, got {value!r}", mistake=several)
     return "".join(sorted(set(chosen)))
+
+
+_OPTION_TEXT = Mistake(
+    "option-text",
+    "the answer is the letter that stands before the statement you chose, not the statement's "
+    'words: write that letter alone, in quotes (such as "B").',
+)
+
+
+def _words_not_letters(words: list[str]) -> bool:
+    """Whether an answer that is not made of the options' letters holds words (an option's text,
+    "New York"), not a wrong letter or letters in capitals ("AX")."""
+    return any(len(word) > 1 and not word.isupper() for word in words)

@@ -21,7 +21,8 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
   expanding it; ``torch.arange(start, length)`` (read from the student's line and integers);
   ``torch.randint`` on an empty range;
 - a mask passed positionally into MultiHeadAttention's `context` (its second parameter); a bool
-  mask used as an index where its shape only broadcasts; `context or x` on a tensor; one value
+  mask used as an index where its shape only broadcasts; `context or x` or `if h0:` on a
+  tensor (an optional argument tested by its truth value, not `is None`); one value
   too many written into the odd columns [1::2] of an odd width; a ValueError of the student's own
   whose guard compares with >= where the limit itself is allowed; a head axis added to a mask that
   had no batch axis (its first axis meets the heads);
@@ -96,6 +97,7 @@ _BOOL_INDEX = re.compile(r"The shape of the mask \[[\d, ]*\] at index \d+ does n
 _TRUTH_VALUE = re.compile(
     r"Boolean value of Tensor with more than one (value|element) is ambiguous"
 )
+_TRUTH_TEST = re.compile(r"\bif\s+(not\s+)?[A-Za-z_][\w.]*\s*(:|else\b)")
 _EXPANDED = re.compile(
     r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)"
 )
@@ -226,6 +228,13 @@ def name(err: BaseException) -> Named | None:
                 "crash-tensor-or",
                 "`a or b` asks a tensor for one truth value, which a tensor of several entries "
                 "does not have: test for None, `context = x if context is None else context`",
+            )
+        if _TRUTH_TEST.search(line) and not re.search(r"\bis\s+(not\s+)?None\b", line):
+            return (
+                "crash-tensor-truth",
+                "`if mask:` (or `h0 if h0 else ...`) asks a tensor for one truth value, which a "
+                "tensor of several entries does not have: test whether the optional argument was "
+                "given, `if mask is not None:` (`h = h0 if h0 is not None else ...`)",
             )
     if isinstance(err, IndexError) and _BOOL_INDEX.search(text):
         return (

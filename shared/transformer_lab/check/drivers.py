@@ -495,7 +495,8 @@ class RaisesDriver(Driver):
     `cases(thorough)` gives Reject objects. Another exception fails as "<what> raised <Error>:
     <message>" (with the student's line); a result fails as "<what> returned <shown(result)>
     instead of raising <error>". The mistake that does the same (raises the same other kind of
-    error, or returns) is named. `what` is "your function" or "your module".
+    error, or returns) is named; failing that, a KeyError or IndexError is named as a lookup made
+    before the input was checked. `what` is "your function" or "your module".
     """
 
     def __init__(
@@ -537,6 +538,8 @@ class RaisesDriver(Driver):
         if kind == expected:
             return
         mistake = ex.diagnose(lambda impl: self.outcome(impl, case)[0], kind, expected, str.__eq__)
+        if kind == "raised" and mistake is None and isinstance(what, LookupError):
+            mistake = _lookup_error(type(what).__name__, expected)
         if kind == "raised":
             problem = f"{self.what} raised {type(what).__name__}: {what}"
             fail(ex, problem, case.label, mistake, what)
@@ -548,6 +551,17 @@ class RaisesDriver(Driver):
             fail(ex, problem, case.label, mistake)
         problem = f"{self.what} returned {self.shown(what)} instead of raising {expected}"
         fail(ex, problem, case.label, mistake)
+
+
+def _lookup_error(raised: str, expected: str) -> exercise.Mistake:
+    """A lookup's own error (a dict's KeyError, an index's IndexError) where the exercise asks
+    for `expected`: the input was looked up before it was checked."""
+    return exercise.Mistake(
+        "lookup-error-not-checked",
+        f"the input is looked up (a dict, a table, an index) before it is checked, so the "
+        f"lookup's own {raised} escapes: test the input first and raise {expected} with a "
+        f"message that says what is wrong (`if kind not in (...): raise {expected}(...)`)",
+    )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ the first output that differs and asks, in order, whether the student's tensor i
 - a Python number or a NumPy array where a tensor belongs, or of another dtype (a habit named);
 - more values than belong, the first of them right; the right values in the wrong order;
 - off by float32's rounding only in a float64 case (part of it computed in float32);
-- the right values with a size-1 axis too many, too few or misplaced, or with its axes permuted;
+- the right values with a size-1 axis too many, too few or misplaced, with neighbouring axes
+  merged (torch.cat for torch.stack) or split, or with its axes permuted;
 - the right result with its first or last slice along one axis missing, or one slice too many;
 - the right values repeated (expanded) along an axis that should have size 1;
 - NaN on whole rows only (a softmax over a row of −inf scores);
@@ -142,6 +143,7 @@ def _diagnose(g, e, same, sizes) -> Named | None:
     if tuple(g.shape) != tuple(e.shape):
         return (
             _size_one_axes(g, e, same)
+            or _merged_axes(g, e, same)
             or _permuted_axes(g, e, same)
             or _one_slice_more_or_less(g, e, same)
             or _expanded(g, e, same)
@@ -236,6 +238,27 @@ def _size_one_axes(g, e, same) -> Named | None:
         "generic-size-one-axis",
         f"your result holds the right values with {how}: shape {tuple(g.shape)} where "
         f"{tuple(e.shape)} is expected",
+    )
+
+
+def _merged_axes(g, e, same) -> Named | None:
+    """The right values, in order, with two or more neighbouring axes merged into one (torch.cat
+    where torch.stack belongs, a flatten too many) or one axis split (a reshape left out)."""
+    if g.dim() == e.dim() or g.numel() != e.numel() or g.numel() == 0:
+        return None
+    if not _same(same, g.reshape(e.shape), e):
+        return None
+    if g.dim() < e.dim():
+        how = (
+            "neighbouring axes merged into one (torch.cat joins along an axis that exists, "
+            "torch.stack makes a new one; or a flatten/reshape too many)"
+        )
+    else:
+        how = "an axis split in two (a view or reshape that should merge them is missing)"
+    return (
+        "generic-merged-axes",
+        f"your result holds the right values in the right order with {how}: shape "
+        f"{tuple(g.shape)} where {tuple(e.shape)} is expected",
     )
 
 

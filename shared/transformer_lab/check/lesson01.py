@@ -538,6 +538,12 @@ def _john_mistakes() -> dict[str, Mistake]:
             f"the commas are not steps of their own: the words are those of sentence.split(), "
             f"punctuation attached ('John,', 'Vienna,'), so {steps} steps, not {steps + 2}.",
         ),
+        "counted-characters": Mistake(
+            "counted-characters",
+            f"that is more steps than the sentence has words ({len(SENTENCE.split())}): the "
+            "recurrence takes one step per word, so count words (sentence.split()), not "
+            f"characters: {steps} steps from 'John' to 'visiting'.",
+        ),
         "attention-zero-layers": Mistake(
             "attention-zero-layers",
             "'directly' still takes one layer: a single self-attention layer connects every pair "
@@ -587,6 +593,8 @@ def practice_john(value, thorough: bool = False) -> None:
     }
     if steps != right["rnn_steps"]:
         key = by_steps.get(steps)
+        if key is None and steps > len(SENTENCE.split()):
+            key = "counted-characters"
         fail(
             name,
             f"rnn_steps = {steps} is not the number of recurrence steps from 'John' to 'visiting'",

@@ -57,6 +57,11 @@ def _split_no_swap(x, n_heads):
     return x.reshape(B, L, n_heads, d_model // n_heads)
 
 
+def _split_batch_length_swapped(x, n_heads):
+    """The view's leading sizes in the wrong order, (L, B, ...): x.shape unpacked as L, B, d."""
+    return x.reshape(x.shape[1], x.shape[0], n_heads, -1).transpose(1, 2)
+
+
 _FORBIDDEN_SPLIT = (
     "transformer_lab.multihead.split_heads",
     "transformer_lab.multihead.merge_heads",
@@ -117,6 +122,12 @@ split_heads = Exercise(
             "the head axis must come before the positions: after the view to (B, L, h, d_k), "
             "call transpose(1, 2) to get (B, h, L, d_k).",
             _split_no_swap,
+        ),
+        Mistake(
+            "batch-length-swapped",
+            "the view's leading sizes are (L, B) where x is (B, L, d_model): x.shape was "
+            "unpacked in the wrong order; B, L, d_model = x.shape, then view as (B, L, h, d_k).",
+            _split_batch_length_swapped,
         ),
     ],
     driver=FunctionDriver(_split_cases, outputs=("output",)),

@@ -74,6 +74,12 @@ def _causal_next_key(n):
     return torch.ones(n, n, dtype=torch.bool).tril(1)
 
 
+def _causal_no_new_axes(n):
+    """Query and key positions compared entry by entry, not every pair: an (n,) vector."""
+    positions = torch.arange(n)
+    return positions.ge(positions)
+
+
 def _causal_cases(thorough: bool) -> list[Call]:
     # n = 1 last: there several mutants agree, so an earlier size names the mistake.
     sizes = [3, 5, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 0, 1]
@@ -127,6 +133,13 @@ causal_mask = Exercise(
             "tril(diagonal=1) lets each query see the next key too, one step into the future: "
             "use tril() with diagonal=0, so that position i sees keys 0..i.",
             _causal_next_key,
+        ),
+        Mistake(
+            "no-new-axes",
+            "the query and key positions are compared entry by entry (two (n,) aranges), which "
+            "gives n values, not an (n, n) table: give them new axes so that every query meets "
+            "every key, torch.arange(n)[:, None] >= torch.arange(n)[None, :].",
+            _causal_no_new_axes,
         ),
     ],
     driver=ExactDriver(_causal_cases, covered=_COVERED, equal=_identical, describe=_describe),

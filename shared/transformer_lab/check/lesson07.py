@@ -45,6 +45,21 @@ class _DecoderRolesSwapped(_ed.DecoderBlock):
         return self.norm3(x + self.ffn(x))
 
 
+class _DecoderRolesSwappedUnmasked(_ed.DecoderBlock):
+    """Queries from the memory, keys and values from the decoder, and memory_mask left out (it
+    masks the memory's keys, which are no longer keys); L_t rows kept for the residual."""
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        L_t = x.shape[1]
+        if self.norm_first:
+            x = x + self.self_attn(self.norm1(x), mask=self_mask)
+            x = x + self.cross_attn(memory, context=self.norm2(x))[:, :L_t]
+            return x + self.ffn(self.norm3(x))
+        x = self.norm1(x + self.self_attn(x, mask=self_mask))
+        x = self.norm2(x + self.cross_attn(memory, context=x)[:, :L_t])
+        return self.norm3(x + self.ffn(x))
+
+
 class _DecoderNoSelfMask(_ed.DecoderBlock):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         return super().forward(x, memory, self_mask=None, memory_mask=memory_mask)
@@ -362,6 +377,14 @@ DecoderBlock = Exercise(
             "the pre-norm block ends post-norm, norm3(x + ffn(x)): with norm_first=True every "
             "sub-layer is x + f(norm(x)), so the FFN's is x + ffn(norm3(x)).",
             _DecoderFFNPostNorm,
+        ),
+        Mistake(
+            "roles-swapped-unmasked",
+            "the roles in cross-attention are swapped, and memory_mask is left out since it no "
+            "longer fits: the queries come from the decoder (x), the keys and values from the "
+            "memory, self.cross_attn(x, context=memory, mask=memory_mask), whose L_t rows need "
+            "no cutting.",
+            _DecoderRolesSwappedUnmasked,
         ),
     ],
     driver=ModuleDriver(_decoder_cases, outputs=("output",)),

@@ -683,7 +683,7 @@ def test_practice_transformers_numbers_are_the_cost_formulas():
 
 @pytest.mark.parametrize(
     "answer,message",
-    [(None, "replace the"), (3, "a letter in quotes"), ("E", "one of A")],
+    [(None, "replace the"), (3, "a letter in quotes"), ("E", "made of the letters A, B, C, D")],
 )
 def test_practice_transformers_bad_answers_get_clear_messages(answer, message):
     with pytest.raises(check.CheckFailed, match=message):

@@ -432,8 +432,14 @@ def test_profiles_of_different_mistakes_do_not_agree():
     reference = L._profile(L._ref_mask, tokens, spec, 6000)
     # p ignored equals the reference when p is the default 0.15; a last id (or id 0) never drawn
     # cannot show among 1,000 ids (the small-vocabulary case tells it apart, below); int64 inputs
-    # are right for these int64 tokens (the int32 case tells them apart)
-    like_reference = {"p-ignored", "randint-high", "random-from-one", "int64-inputs"}
+    # and int64 labels are right for these int64 tokens (the int32 case tells them apart)
+    like_reference = {
+        "p-ignored",
+        "randint-high",
+        "random-from-one",
+        "int64-inputs",
+        "int64-labels",
+    }
     for i, a in enumerate(profiles):
         assert not L.profiles_agree(a, reference) or mistakes[i].key in like_reference
         for j, b in enumerate(profiles):

@@ -37,7 +37,8 @@ def letters(name: str, value, options: str, *, many: bool = False) -> str:
             name,
             f"the answer should be {what} in quotes, such as {example}, got {type(value).__name__}",
         )
-    words = re.findall(r"[A-Za-z]+", value)
+    # "C and D", "A or B": the joining words are not letters of the answer
+    words = [w for w in re.findall(r"[A-Za-z]+", value) if w.lower() not in ("and", "or")]
     chosen = "".join(words).upper()
     choices = ", ".join(options)
     if not chosen or any(letter not in options for letter in chosen):

@@ -17,12 +17,10 @@ stay under.
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from .. import gpt as _gpt
-from .answers import unanswered
+from .answers import letters
 from .devices import devices
 from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
 from .exercise import Case, Exercise, Mistake, fail, practice
@@ -729,35 +727,9 @@ def _practice_mistakes() -> dict[str, Mistake]:
 @practice
 def practice_transformers(value, thorough: bool = False) -> None:
     """Check the practice answer: the letter of the correct statement (A, B, C or D)."""
-    if value is ...:
-        raise unanswered("practice_transformers")
-    if value is None:
-        fail("practice_transformers", 'replace the None with your answer, a letter such as "A"')
-    if not isinstance(value, str):
-        fail(
-            "practice_transformers",
-            f'the answer should be a letter in quotes, such as "A", got {type(value).__name__}',
-        )
-    letter = value.strip().strip("()").strip().upper()
-    if len(set(re.findall(r"[ABCD]", letter))) > 1 and re.fullmatch(
-        r"(?:[ABCD]|AND|OR|[\s,;/&+()])+", letter
-    ):
-        fail(
-            "practice_transformers",
-            f"the answer should be one of A, B, C, D, got {value!r}",
-            mistake=Mistake(
-                "several-letters",
-                "several letters were given: exactly one statement is correct, so answer with "
-                'one letter, such as "A".',
-            ),
-        )
-    if letter not in ("A", "B", "C", "D"):
-        fail("practice_transformers", f"the answer should be one of A, B, C, D, got {value!r}")
+    name = "practice_transformers"
+    letter = letters(name, value, "ABCD")
     if letter == "C":
         print("✓ practice_transformers: C is right")
         return None
-    fail(
-        "practice_transformers",
-        f"({letter}) is not the correct statement",
-        mistake=_practice_mistakes()[letter],
-    )
+    fail(name, f"({letter}) is not the correct statement", mistake=_practice_mistakes()[letter])

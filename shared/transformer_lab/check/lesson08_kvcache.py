@@ -161,6 +161,21 @@ class _KVSharedStore:
         return torch.cat(self.keys, dim=-2), torch.cat(self.values, dim=-2)
 
 
+class _KVHeadsAxis(_RefKVCache):
+    """Joins and counts along axis 1 of (B, h, L, d_k), the heads, not the positions."""
+
+    def __len__(self):
+        return 0 if self.k is None else self.k.shape[1]
+
+    def append(self, k, v):
+        if self.k is None:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k, k], dim=1)
+            self.v = torch.cat([self.v, v], dim=1)
+        return self.k, self.v
+
+
 _GPT_CASE = "a GPT decoding with the cache"  # the last case: not a chunk spec
 
 
@@ -466,6 +481,13 @@ KVCache = Exercise(
             "create them in __init__ (self.k = None), so that each cache, one per layer, "
             "starts empty.",
             _KVSharedStore,
+        ),
+        Mistake(
+            "heads-axis",
+            "the chunks are joined and counted along axis 1, the heads of (B, h, L, d_k): the "
+            "positions are axis -2, so join with torch.cat([self.k, k], dim=-2) and count with "
+            "self.k.shape[-2].",
+            _KVHeadsAxis,
         ),
     ],
     driver=TrialDriver(

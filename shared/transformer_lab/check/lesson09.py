@@ -199,6 +199,30 @@ def _mask_fixed_mask_id(tokens, mask_id, vocab_size, p=0.15, generator=None, spe
     return _corrupt(tokens, 103, chosen, to_mask, to_random, r)
 
 
+def _mask_split_scaled_by_p(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """The 80/10/10 thresholds multiplied by p (u < 0.8 * p): most chosen stay unchanged."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8 * p)
+    to_random = chosen & (u2 >= 0.8 * p) & (u2 < 0.9 * p)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
+
+
+def _mask_choice_inverted(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Chooses the positions whose draw is above p (a fraction 1 - p of them)."""
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size, generator)
+    chosen = (u1 > p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r)
+
+
+def _mask_int64_labels(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """labels built with torch.full(shape, -100), int64 whatever the dtype of tokens."""
+    inputs, labels = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs, labels.long()
+
+
 # The cases: shape, vocabulary size, [MASK] id, special ids (None: every position may be chosen),
 # p (None: use the default 0.15), token dtype, whether a generator is passed.
 _VISIBLE_MASK_SPECS = [
@@ -650,6 +674,26 @@ bert_mask_tokens = Exercise(
             "the [MASK] written is a fixed id (BERT's 103): write the mask_id argument, which "
             "depends on the tokenizer.",
             _mask_fixed_mask_id,
+        ),
+        Mistake(
+            "split-scaled-by-p",
+            "the 80/10/10 thresholds are multiplied by p (u < 0.8 * p), so most chosen "
+            "positions stay unchanged: p only decides which positions are chosen; split the "
+            "chosen ones with a second uniform u, u < 0.8 [MASK], 0.8 <= u < 0.9 random.",
+            _mask_split_scaled_by_p,
+        ),
+        Mistake(
+            "choice-inverted",
+            "the positions chosen are those whose draw is above p, a fraction 1 - p of them: "
+            "choose a position when its draw is below p, torch.rand(...) < p.",
+            _mask_choice_inverted,
+        ),
+        Mistake(
+            "int64-labels",
+            "labels comes back as int64 for int32 tokens (torch.full(shape, -100) makes int64 "
+            "unless told): build it with the dtype of tokens, e.g. torch.full_like(tokens, -100) "
+            "or torch.where(chosen, tokens, -100).",
+            _mask_int64_labels,
         ),
     ],
     driver=TrialDriver(

@@ -93,6 +93,8 @@ def _learn(
             break
         elif tie == "max":
             best = max(counts, key=lambda p: (counts[p], p))
+        elif tie == "joined":  # the joined string a + b, not the tuple (a, b)
+            best = min(counts, key=lambda p: (-counts[p], p[0] + p[1]))
         elif tie == "first":
             best = counts.most_common(1)[0][0]
         else:
@@ -120,6 +122,10 @@ def _learn_tie_max(word_counts, n_merges):
 
 def _learn_tie_first(word_counts, n_merges):
     return _learn(word_counts, n_merges, tie="first")
+
+
+def _learn_tie_joined(word_counts, n_merges):
+    return _learn(word_counts, n_merges, tie="joined")
 
 
 def _learn_no_recount(word_counts, n_merges):
@@ -193,6 +199,8 @@ def _learn_cases(thorough: bool) -> list[Call]:
         ({"abc": 4, "x": 9}, 5),  # two merges are all there are
         # ('b', 'c') second: "ab c" holds "b c" as text but not as two symbols (str.replace)
         ({"ab": 5, "abc": 1, "bc": 3}, 3),
+        # a tie of ('a', 'z') and ('ab', 'c'): the smaller tuple, though 'abc' < 'az' as strings
+        ({"az": 1, "abc": 1}, 2),
         (SENNRICH, 0),
     ]
     if thorough:
@@ -308,6 +316,12 @@ learn_bpe = Exercise(
             "characters alone, each word starting as list(word).",
             _learn_end_of_word,
         ),
+        Mistake(
+            "tie-joined-string",
+            "ties go to the smallest pair compared as a tuple, (-count, pair), not as the joined "
+            "string a + b: ('a', 'z') comes before ('ab', 'c') though 'abc' < 'az'.",
+            _learn_tie_joined,
+        ),
     ],
     driver=ExactDriver(
         _learn_cases,
@@ -384,6 +398,18 @@ def _encode_unranked_wins(word, ranks):
         if best not in ranks:
             break
         symbols = _merge(symbols, best)
+    return symbols
+
+
+def _encode_unranked_merged(word, ranks):
+    """min() over every adjacent pair with ranks.get(pair, 0), merging the pair it finds even
+    without a rank, while some pair of the word has one."""
+    symbols = list(word)
+    while len(symbols) > 1:
+        pairs = list(zip(symbols, symbols[1:]))
+        if not any(p in ranks for p in pairs):
+            break
+        symbols = _merge(symbols, min(pairs, key=lambda p: ranks.get(p, 0)))
     return symbols
 
 
@@ -513,6 +539,13 @@ bpe_encode = Exercise(
             "no merge is ever made: the keys of ranks are pairs of strings, so look up the tuple "
             "(a, b), not the joined string a + b.",
             _encode_joined_keys,
+        ),
+        Mistake(
+            "unranked-merged",
+            "a pair without a rank was merged (ranks.get(pair, 0) ranks every unknown pair "
+            "first): choose only among the pairs in ranks (or default to float('inf')), and "
+            "never merge a pair that has no rank.",
+            _encode_unranked_merged,
         ),
     ],
     driver=ExactDriver(

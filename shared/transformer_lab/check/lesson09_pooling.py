@@ -53,6 +53,12 @@ def _pool_tokens_normalized(hidden, attention_mask, normalize=True):
     return _masked_mean(unit, attention_mask, normalize)
 
 
+def _pool_tokens_not_mean(hidden, attention_mask, normalize=True):
+    """Scales every token vector to unit length, and not the mean."""
+    unit = _unit(hidden, normalize)
+    return _masked_mean(unit, attention_mask, normalize=False)
+
+
 def _pool_cls(hidden, attention_mask, normalize=True):
     return _unit(hidden[:, 0], normalize)
 
@@ -150,6 +156,13 @@ mean_pool = Exercise(
             "that is the [CLS] vector (position 0): the embedding is the mean over all the "
             "real tokens.",
             _pool_cls,
+        ),
+        Mistake(
+            "tokens-not-mean",
+            "you normalise each token vector, not the mean: a mean of unit vectors is shorter "
+            "than 1; average the raw hidden vectors, then normalise the mean "
+            "(F.normalize(mean, p=2, dim=-1)).",
+            _pool_tokens_not_mean,
         ),
     ],
     # a float attention_mask is data: (mask != 0).to(dtype) is right and has no gradient

@@ -55,6 +55,16 @@ def _rotation_offset(doc: list[int], out: list[int], label: str) -> int:
     return k
 
 
+def _unchanged_input(doc: torch.Tensor, before: torch.Tensor, label: str) -> None:
+    """The caller's tokens are left as they were: the rotation is a new tensor."""
+    if not torch.equal(doc, before):
+        raise Broken(
+            "in-place",
+            f"{label}: your function changed its input `tokens` in place (it holds "
+            f"{doc.tolist()} after the call): return a new tensor and leave the caller's alone",
+        )
+
+
 def _rotation_suite(fn: Callable, thorough: bool, call: Callable = direct) -> int:
     def run(label: str, *args, **kwargs):
         return call(lambda: fn(*args, **kwargs), label)
@@ -67,7 +77,9 @@ def _rotation_suite(fn: Callable, thorough: bool, call: Callable = direct) -> in
             for seed in range(n_seeds):
                 doc = distinct_doc(300 + seed, L).to(device=device, dtype=dtype)
                 label = f"document_rotation(tokens={doc.tolist()})"
+                before = doc.clone()
                 out = run(label, doc, generator=gen(seed))
+                _unchanged_input(doc, before, label)
                 _rotation_offset(doc.tolist(), require_ids(out, doc, label), label)
                 n_calls += 1
     doc = distinct_doc(9, 12)
@@ -191,6 +203,13 @@ def _rot_global_rng(tokens, generator=None):
     return torch.cat([tokens[k:], tokens[:k]])
 
 
+def _rot_in_place(tokens, generator=None):
+    """Writes the rotation back into the caller's tensor (tokens[:] = ...) and returns it."""
+    k = int(torch.randint(max(len(tokens), 1), (), generator=generator))
+    tokens[:] = torch.cat([tokens[k:], tokens[:k]])
+    return tokens
+
+
 document_rotation = Exercise(
     name="document_rotation",
     lesson="10",
@@ -259,6 +278,13 @@ document_rotation = Exercise(
             "same, so every call rotates alike: pass generator=None on to torch.randint, which "
             "then draws from torch's global generator.",
             _rot_fresh_generator,
+        ),
+        Mistake(
+            "in-place",
+            "the rotation was written back into `tokens` (tokens[:] = ...), which rewrites the "
+            "caller's tensor: return a new tensor, torch.cat([tokens[k:], tokens[:k]]), and "
+            "leave tokens as it was.",
+            _rot_in_place,
         ),
     ],
     driver=suite_driver(

@@ -101,6 +101,14 @@ def _patchify_unchecked(images, patch_size):
     return x.reshape(B, (H // p) * (W // p), C * p * p)
 
 
+def _patchify_split_inverted(images, patch_size):
+    """Each axis split as (p, H/p) instead of (H/p, p): a 'patch' gathers pixels H/p apart."""
+    p = patch_size
+    B, C, rows, cols = _grid(images, p)
+    x = images.reshape(B, C, p, rows, p, cols).permute(0, 3, 5, 1, 2, 4)  # (B, rows, cols, C, p, p)
+    return x.reshape(B, rows * cols, C * p * p)
+
+
 def _patchify_cases(thorough: bool) -> list[Case]:
     def case(B, C, H, W, p):
         def make(g):
@@ -297,6 +305,13 @@ patchify = Exercise(
             'patch_size in its message, e.g. f"height {H} is not a multiple of patch_size={p}".',
             _patchify_vague_error,
         ),
+        Mistake(
+            "split-inverted",
+            "each axis is split the wrong way round, (p, H/p) instead of (H/p, p), so a patch "
+            "gathers pixels H/p apart: reshape to (B, C, H/p, p, W/p, p), the grid position "
+            "first and the pixel within the patch second.",
+            _patchify_split_inverted,
+        ),
     ],
     driver=CustomDriver(_check_patchify),
     doc="patchify(images (B, C, H, W), patch_size) -> (B, N, C·p·p)",
@@ -371,6 +386,25 @@ class _EmbedNoBias(_vit.ViTEmbedding):
         x = _vit.patchify(images, self.patch_size) @ self.patch_embed.weight.T
         cls = self.cls_token.expand(x.shape[0], -1, -1)
         return torch.cat([cls, x], dim=1) + self.pos_embed
+
+
+class _EmbedClsLastPosition(_vit.ViTEmbedding):
+    """Patches get rows 0..N-1 of E_pos and [CLS] the last row, N."""
+
+    def forward(self, images):
+        x = self.patch_embed(_vit.patchify(images, self.patch_size))
+        n = x.shape[1]
+        cls = self.cls_token.expand(x.shape[0], -1, -1) + self.pos_embed[:, n:]
+        return torch.cat([cls, x + self.pos_embed[:, :n]], dim=1)
+
+
+class _EmbedClsAddedExtraRow(_vit.ViTEmbedding):
+    """[CLS] added to every patch vector; the first row is pos_embed's row 0 alone."""
+
+    def forward(self, images):
+        x = self.patch_embed(_vit.patchify(images, self.patch_size)) + self.cls_token
+        first = self.pos_embed[:, :1].expand(x.shape[0], -1, -1)
+        return torch.cat([first, x + self.pos_embed[:, 1:]], dim=1)
 
 
 def _embed_cases(thorough: bool) -> list[Case]:
@@ -456,6 +490,20 @@ ViTEmbedding = Exercise(
             "self.patch_embed(patches), the whole Linear layer.",
             _EmbedNoBias,
         ),
+        Mistake(
+            "cls-last-position",
+            "[CLS] took the last row of pos_embed and the patches rows 0..N-1: row 0 is "
+            "[CLS]'s and rows 1..N the patches', so prepend [CLS] first and then add pos_embed "
+            "as a whole, z_0 = [x_cls; x_1 E; ...; x_N E] + E_pos.",
+            _EmbedClsLastPosition,
+        ),
+        Mistake(
+            "cls-added-to-patches",
+            "cls_token is added to every patch vector: it is a token of its own, the first row "
+            "of z_0 (x_cls + E_pos[0]), concatenated in front of the patches, which stay "
+            "x_p E + E_pos[p].",
+            _EmbedClsAddedExtraRow,
+        ),
     ],
     driver=ModuleDriver(_embed_cases, outputs=("z_0",)),
     doc=(
@@ -522,6 +570,11 @@ def _cls_renormalised_per_head(weights, grid):
     """Each head's weights on the patches rescaled to sum to 1, then the heads averaged."""
     row = weights[:, :, 0, 1:]
     return _map_from((row / row.sum(-1, keepdim=True)).mean(1), weights, grid)
+
+
+def _cls_all_queries(weights, grid):
+    """The attention each patch receives, averaged over every query ([CLS] and the patches)."""
+    return _map_from(weights[:, :, :, 1:].mean(2).mean(1), weights, grid)
 
 
 def _cls_map_cases(thorough: bool) -> list[Case]:
@@ -614,6 +667,12 @@ cls_attention_map = Exercise(
             "dropped: keep them as they are (they sum to 1 minus that weight), then average the "
             "heads.",
             _cls_renormalised_per_head,
+        ),
+        Mistake(
+            "all-queries-mean",
+            "you averaged over all the queries (every row of the weights): the map is the "
+            "single row of the [CLS] query, weights[:, :, 0, 1:], averaged over the heads.",
+            _cls_all_queries,
         ),
     ],
     driver=FunctionDriver(_cls_map_cases, outputs=("map",)),

@@ -27,7 +27,7 @@ def _cache_bug(bug: str):
         kv = n_heads if n_kv_heads is None or bug == "query-heads" else n_kv_heads
         per_head = n_heads * d_head if bug == "d-model-per-head" else d_head
         size = (
-            (1 if bug == "no-factor-2" else 2)
+            {"no-factor-2": 1, "factor-3": 3}.get(bug, 2)
             * (1 if bug == "no-layers" else n_layers)
             * kv
             * per_head
@@ -156,6 +156,12 @@ kv_cache_bytes = Exercise(
             "the result is in bits (× 8): dtype_bytes already counts bytes per number, so "
             "return bytes, with no factor 8.",
             _cache_bug("bits"),
+        ),
+        Mistake(
+            "factor-3",
+            "the factor is 3, as if the queries were cached too: only the keys and values are "
+            "kept (a new token's query is used once, at its own step), so the factor is 2.",
+            _cache_bug("factor-3"),
         ),
     ],
     driver=ExactDriver(

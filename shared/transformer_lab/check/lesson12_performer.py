@@ -34,6 +34,7 @@ def _features_bug(bug: str):
             "plus-norm": -squared / 2,
             "no-half": squared,
             "norm-not-squared": squared.sqrt() / 2,
+            "omega-norm": (omega * omega).sum(-1) / 2,  # |ω_i|²/2, not |x|²/2
         }.get(bug, squared / 2)
         m, d = omega.shape
         if bug == "norm-outside":  # exp(ω·x) / √m − |x|²/2: the norm term outside the exp
@@ -178,6 +179,13 @@ positive_random_features = Exercise(
             "features (q and k each divided by d^(1/4), so that q·k comes out divided by √d); "
             "the features are of x as given, φ(x) = exp(ω·x − |x|²/2) / √m.",
             _features_bug("quarter-scaled"),
+        ),
+        Mistake(
+            "omega-norm",
+            "|ω_i|²/2, the norm of each direction, is subtracted where |x|²/2 belongs: the term "
+            "is the squared norm of x, (x * x).sum(-1, keepdim=True) / 2, the same for every "
+            "direction.",
+            _features_bug("omega-norm"),
         ),
     ],
     driver=CustomDriver(_check),

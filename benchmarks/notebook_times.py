@@ -3,6 +3,7 @@
     python benchmarks/notebook_times.py            # full mode
     python benchmarks/notebook_times.py --quick    # quick mode (TRANSFORMER_LAB_QUICK=1), as CI runs
     python benchmarks/notebook_times.py lectures/06_masking_lecture.ipynb   # just some notebooks
+    python benchmarks/notebook_times.py --save OUT   # also keep each executed notebook in OUT/
 
 Budgets (2 CPU cores, no GPU): each notebook <= 180 s in full mode, <= 30 s in quick mode.
 The kernel's CPU time (user + system, read from the kernel process) is printed beside the wall
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUDGET = {"full": 180.0, "quick": 30.0}
 
 
-def run(path: Path, quick: bool) -> tuple[float, float]:
+def run(path: Path, quick: bool, save: Path | None = None) -> tuple[float, float]:
     nb = nbformat.read(path, as_version=4)
     env_before = dict(os.environ)
     os.environ.update(
@@ -51,7 +52,11 @@ def run(path: Path, quick: bool) -> tuple[float, float]:
             for index, cell in enumerate(nb.cells):
                 client.execute_cell(cell, index)
             cpu = psutil.Process(pid).cpu_times()
-        return time.perf_counter() - start, cpu.user + cpu.system
+        wall = time.perf_counter() - start
+        if save is not None:  # the executed notebook: the numbers its text talks about
+            save.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, save / path.name)
+        return wall, cpu.user + cpu.system
     finally:
         os.environ.clear()
         os.environ.update(env_before)
@@ -63,6 +68,7 @@ def main() -> int:
     )
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--save", type=Path, help="keep each executed notebook in this folder")
     args = parser.parse_args()
     mode = "quick" if args.quick else "full"
     paths = args.notebooks or sorted(ROOT.glob("lectures/[0-9]*.ipynb")) + sorted(
@@ -77,7 +83,7 @@ def main() -> int:
     over = 0
     for path in paths:
         path = path.resolve()
-        wall, cpu = run(path, args.quick)
+        wall, cpu = run(path, args.quick, args.save)
         ok = wall <= BUDGET[mode]
         over += not ok
         print(

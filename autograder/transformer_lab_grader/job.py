@@ -129,8 +129,8 @@ def _warm_caches() -> None:
     """Build once, in the worker, what every job would otherwise build for itself and then throw
     away (each job is a fork of the worker): nbformat's compiled notebook schemas, strict and
     relaxed (nbconvert validates the notebook after each of nbgrader's preprocessors; compiling
-    them cost a job about 0.4 CPU s), and SQLAlchemy's configured gradebook mappers (about 0.15).
-    benchmarks/history/journal.md §35."""
+    them cost a job about 0.1 CPU s), and SQLAlchemy's configured gradebook mappers (about 0.06).
+    benchmarks/history/journal.md §35; tests/grading/test_worker.py checks both are built."""
     import nbformat
     import nbformat.validator
     import sqlalchemy.orm

@@ -166,7 +166,7 @@ class Session:
     def close(self) -> None:
         """End the student's process: asked what CPU time it used (`cpu`), then killed with its
         pipes closed. Nothing it would do on the way out matters to the grade, and letting it
-        leave by itself cost a notebook's grading about 1.5 s of an interpreter's shutdown
+        leave by itself cost a notebook's grading about 1 s of an interpreter's shutdown
         (torch's and the student's objects' finalisers; journal §35)."""
         if not self.dead and self.proc.poll() is None:
             self.deadline = time.monotonic() + GRACE

@@ -396,3 +396,46 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
     assert record["score"] == 3.0
     flag = next(f for f in record["flags"] if "grading worker unavailable" in f)
     assert "no torch here" in flag and "started its own interpreter" in flag
+
+
+# What the worker builds once for every job it forks (`job._warm_caches`): nbformat's strict and
+# relaxed notebook schemas and nbgrader's configured SQLAlchemy mappers. The probe runs in a
+# fresh interpreter (trusted_imports rewrites sys.path) with the worker's imports, optionally with
+# the warming switched off (the mutant), and reports what a forked job would inherit.
+WARM_PROBE = """
+import json, sys
+from transformer_lab_grader import job
+if sys.argv[1] == "mutant":
+    job._warm_caches = lambda: None
+job.trusted_imports()
+import nbformat.validator
+from nbgrader.api import Assignment
+print(json.dumps({
+    "relaxed": sorted(key[3] for key in nbformat.validator.validators),
+    "mappers": bool(Assignment.__mapper__.configured),
+}))
+"""
+
+
+def _warm_probe(tmp_path: Path, variant: str) -> dict:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, "-c", WARM_PROBE, variant],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_worker_builds_the_schemas_and_mappers_every_job_inherits(tmp_path):
+    assert _warm_probe(tmp_path, "as-is") == {"relaxed": [False, True], "mappers": True}
+
+
+def test_a_worker_without_the_warming_leaves_them_to_every_job(tmp_path):
+    assert _warm_probe(tmp_path, "mutant") != {"relaxed": [False, True], "mappers": True}

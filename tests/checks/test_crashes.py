@@ -118,6 +118,21 @@ def test_a_crash_is_named(name, impl, key):
             ),
             "crash-mixed-devices",
         ),
+        # a device-side assert (an index out of range on CUDA; the GPU check's log, 2026-11-28)
+        (
+            RuntimeError(
+                "CUDA error: device-side assert triggered\nCUDA kernel errors might be "
+                "asynchronously reported at some other API call, so the stacktrace below might "
+                "be incorrect."
+            ),
+            "crash-device-assert",
+        ),
+        (
+            getattr(torch, "AcceleratorError", RuntimeError)(
+                "CUDA error: device-side assert triggered"
+            ),
+            "crash-device-assert",
+        ),
         # the meta device's (a machine without a GPU can raise it)
         (
             RuntimeError("Tensor on device cpu is not on the expected device meta!"),

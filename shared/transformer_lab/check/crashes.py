@@ -27,7 +27,9 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
   whose guard compares with >= where the limit itself is allowed; a head axis added to a mask that
   had no batch axis (its first axis meets the heads);
 - an optional argument's default None used as a number; min()/max() of nothing left;
-  ``torch.topk`` with k larger than its axis.
+  ``torch.topk`` with k larger than its axis;
+- a CUDA kernel stopped by a device-side assert (an index out of range on a GPU): the process
+  cannot use the GPU again, so the sentence says to restart the kernel and rerun on the CPU.
 
 Like ``check.generic``, a diagnoser names a mistake only on unambiguous evidence: PyTorch's own
 wording of the error, and for unpacking, the student's own line (read from the traceback). An
@@ -104,13 +106,28 @@ _EXPANDED = re.compile(
 _TOPK = re.compile(r"selected index k out of range|k \(\d+\) is too big|k not in range")
 _IS_CAUSAL = re.compile(r"is_causal=True says the mask is the causal mask .* got (no mask|a mask)")
 _FLOAT_IDS = re.compile(r"tokens must be integer ids, got dtype torch\.(float|half|bfloat|double)")
+_DEVICE_ASSERT = re.compile(r"device-side assert triggered", re.IGNORECASE)
 _OUT_OF_BOUNDS = re.compile(r"index (\d+) is out of bounds for dimension (\d+) with size (\d+)")
 _GATHER_DIM = re.compile(r"\.gather\(\s*(?:dim\s*=\s*)?(\d+)\s*,")
+
+
+def is_device_assert(err: BaseException) -> bool:
+    """Whether `err` is CUDA's device-side assert (torch.AcceleratorError, a RuntimeError)."""
+    return isinstance(err, RuntimeError) and bool(_DEVICE_ASSERT.search(str(err)))
 
 
 def name(err: BaseException) -> Named | None:
     """The mistake behind the student's error `err`, or None when its cause is not clear."""
     text = str(err)
+    if is_device_assert(err):
+        return (
+            "crash-device-assert",
+            "a CUDA kernel stopped at an assertion, which on a GPU almost always means an index "
+            "out of range (a target of -100 or ignore_index used as an index in gather, one_hot "
+            "or an embedding; an id of at least the vocabulary size). After it nothing in this "
+            "process can use the GPU: restart the kernel, then run the same call on the CPU, "
+            "where PyTorch names the index and the line",
+        )
     if isinstance(err, RuntimeError) and _DTYPE.search(text):
         return (
             "crash-mixed-dtypes",

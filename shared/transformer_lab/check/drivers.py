@@ -33,6 +33,22 @@ from .exercise import Case, Exercise, fail
 from .forbid import ImplementThisYourself
 
 
+def cpu_first(run: Callable, device: torch.device):
+    """`run(device)`, a catalogued mistake or an altered input (``check.variants``) on a failing
+    case, after `run(cpu)` when `device` is an accelerator.
+
+    On CUDA an index out of range (an id one too large, a target of -100) is a device-side
+    assert, after which nothing in the process can use the GPU again: every later check, cell
+    and test fails. On the CPU the same indexing raises IndexError, which skips the mistake; so a
+    mistake reaches the GPU only once it ran on the CPU. It then runs on the case's own device,
+    so its ties (torch.topk) and its rounding are those of the student's result.
+    (A TrialDriver's trials run on their setting's device: none of its mistakes indexes out of
+    range on the GPU check's catalogue, 2026-11-28.)"""
+    if device.type != "cpu":
+        run(torch.device("cpu"))
+    return run(device)
+
+
 class Driver:
     """Runs one exercise: ``cases(thorough)``, ``run_case(...)`` for each, ``covered(thorough)``.
 
@@ -319,8 +335,8 @@ class FunctionDriver(_TensorDriver):
         stu_in = _own_copies(compare.move(base, dtype, device, True))
         text = case.text(dtype, device)
 
-        def run_mistake(impl):
-            return impl(**compare.move(base, dtype, device, False))
+        def run_mistake(impl):  # on the CPU first (cpu_first)
+            return cpu_first(lambda where: impl(**compare.move(base, dtype, where, False)), device)
 
         call = lambda: student_fn(**stu_in)  # noqa: E731
         got = _student_call(ex, student_fn, call, "your function", text, run_mistake)
@@ -358,11 +374,14 @@ class ModuleDriver(_TensorDriver):
         expected = compare.as_tuple(reference(**ref_in))
         stu_in = _own_copies(compare.move(base, dtype, device, True))
 
-        def run_mistake(impl):
+        def run_mistake_on(impl, where):
             wrong = impl(**case.init)
             wrong.load_state_dict(reference.state_dict())
-            wrong.to(device=device, dtype=dtype).eval()
-            return wrong(**compare.move(base, dtype, device, False))
+            wrong.to(device=where, dtype=dtype).eval()
+            return wrong(**compare.move(base, dtype, where, False))
+
+        def run_mistake(impl):  # on the CPU first (cpu_first)
+            return cpu_first(lambda where: run_mistake_on(impl, where), device)
 
         call = lambda: student(**stu_in)  # noqa: E731
         got = _student_call(ex, student_cls, call, "your forward", text, run_mistake)

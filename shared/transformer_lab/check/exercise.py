@@ -257,6 +257,10 @@ class Exercise:
                 n = self.driver.run(self, student_obj, thorough)
         except NotImplementedError as err:  # what a driver or a lesson's own check let through
             not_implemented(self, student_obj, err)
+        except RuntimeError as err:  # CUDA reports a device-side assert late, wherever it syncs
+            if not crashes.is_device_assert(err):
+                raise
+            fail(self, f"your code stopped a CUDA kernel: {str(err).splitlines()[0]}", cause=err)
         finally:
             torch.set_num_threads(threads)
         n, what = n if isinstance(n, tuple) else (n, self.driver.covered(thorough))

@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 PORT   ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: lab instructor-lab test install lint format exercises benchmark clean \
+.PHONY: lab instructor-lab test install lint format exercises reference-times benchmark clean \
 	release collect grade feedback export report gpu-wheels gpu-check \
 	book book-test book-clean walk
 
@@ -93,6 +93,11 @@ format: $(STAMP)
 exercises: $(STAMP)
 	$(PY) -m transformer_lab.notebook_setup
 	$(PY) -m transformer_lab_grader.cli generate
+
+# The reference solutions' per-cell times the course ships (autograder/cell_times/), so that an
+# instructor's first grading measures nothing; rerun after a solution changes (a test says when).
+reference-times: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m transformer_lab_grader.cli time-reference $(LESSONS)
 
 benchmark: $(STAMP)
 	$(PY) benchmarks/bench_attention.py

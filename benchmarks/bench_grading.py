@@ -11,8 +11,9 @@
 --cost: per notebook, a class of --students copies of the solution graded (the student's process
 boxed by bubblewrap; then with --no-sandbox), side by side with the plain nbclient execution of the
 notebook (median of 3), per-run caches warm as in a class; prints the ratios. --first: an
-instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start, the
-reference timing and the gradebook preparation included) against 3 plain nbclient runs. --hang:
+instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start and the
+gradebook preparation included, and the reference timing where the course ships no times;
+--measure-reference: paid as if it shipped none) against 3 plain nbclient runs. --hang:
 the cost of a hanging, a looping and a graded-function-looping student with the derived per-cell
 limits. --merge N: merging N synthetic records into the course gradebook, the record-by-record
 merge (tests/grading/test_merge.py's oracle) against the one-pass merge.
@@ -469,10 +470,11 @@ def cost(lessons: list[str], students: int) -> None:
                 )
 
 
-def first_grading(lessons: list[str], students: int = 3) -> None:
+def first_grading(lessons: list[str], students: int = 3, measure_too: bool = False) -> None:
     """An instructor's first grading: `students` solved notebooks, --jobs 1, on a fresh copy of
-    the course (every fixed cost paid: the start, timing the reference solution, preparing the
-    gradebook), against `students` plain nbclient runs of the same notebook, side by side."""
+    the course (every fixed cost paid: the start, preparing the gradebook, and timing the
+    reference solution where the course ships no times for it, `autograder/cell_times/`),
+    against `students` plain nbclient runs of the same notebook, side by side."""
     print(f"{students} students, --jobs 1, a fresh course copy, {_machine()}")
     _table(
         "lesson",
@@ -482,10 +484,14 @@ def first_grading(lessons: list[str], students: int = 3) -> None:
         "**ratio CPU**",
         "full marks",
     )
-    for lesson in lessons:
+    for lesson, shipped in [
+        (x, s) for x in lessons for s in ((True, False) if measure_too else (True,))
+    ]:
         with tempfile.TemporaryDirectory(prefix="bench-first-") as tmp:
             tmp = Path(tmp)
             course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
+            if not shipped:  # as a course that ships no reference times (before 2026-11-28)
+                (course / "autograder" / "cell_times" / f"{lesson}.json").unlink(missing_ok=True)
             p_wall = p_cpu = 0.0
             for _ in range(students):
                 _, wall, cpu = _plain(tmp, course, lesson)
@@ -494,8 +500,9 @@ def first_grading(lessons: list[str], students: int = 3) -> None:
             records, g_wall, g_cpu = _timed(grade.grade, course, lesson, subs, quiet=True, jobs=1)
             g_cpu += _boxed_cpu(records)
         full = sum(r["score"] == r["max_score"] for r in records)
+        label = f"{lesson} ({'reference times shipped' if shipped else 'reference timed'})"
         print(
-            f"| {lesson} | {p_wall:.1f} / {p_cpu:.1f} | {g_wall:.1f} / {g_cpu:.1f} | "
+            f"| {label} | {p_wall:.1f} / {p_cpu:.1f} | {g_wall:.1f} / {g_cpu:.1f} | "
             f"{g_wall / p_wall:.2f} | {g_cpu / p_cpu:.2f} | {full}/{len(records)} |",
             flush=True,
         )
@@ -621,6 +628,11 @@ def main() -> None:
         "--first", action="store_true", help="a first grading of 3 on a fresh course vs plain"
     )
     parser.add_argument("--lessons", nargs="*", help="for --cost/--first (default: --lesson)")
+    parser.add_argument(
+        "--measure-reference",
+        action="store_true",
+        help="--first: also as a course that ships no reference times (timed at grading)",
+    )
     parser.add_argument("--hang", action="store_true", help="hanging and looping students")
     parser.add_argument("--merge", type=int, metavar="N", help="merge N records: before/after")
     parser.add_argument("--new-only", action="store_true", help="--merge: the one-pass merge only")
@@ -632,7 +644,7 @@ def main() -> None:
         cost(args.lessons or [args.lesson], args.students)
         return
     if args.first:
-        first_grading(args.lessons or [args.lesson])
+        first_grading(args.lessons or [args.lesson], measure_too=args.measure_reference)
         return
     if args.hang:
         hang(args.lesson)

@@ -15,7 +15,10 @@ of their own, its tests in the judge; quick mode, grading mode, one thread), tim
 are cached in `<course>/autograder/work/cell_times/<assignment>.json`, keyed by
 the SHA-256 of the source notebooks and the quick-mode flag: a class graded in several runs (or a
 resumed run) measures once; an edited solution is measured again. The cache sits beside the
-gradebook, which no grading job ever sees.
+gradebook, which no grading job ever sees. The course ships them too, in
+`autograder/cell_times/<assignment>.json` (`transformer-lab time-reference`, same keying): an
+instructor's first grading of an unchanged lesson then measures nothing. Times measured on the
+grading machine (the cache) come first; a shipped file whose key does not match is ignored.
 
 A timeout budget per notebook. A loop inside a graded function that many cells call would cost
 the limit once per such cell. So the execution of a notebook keeps a `TimeoutBudget`, shared by
@@ -242,32 +245,67 @@ def source_digest(course: Path, assignment: str) -> str:
     return digest.hexdigest()
 
 
-def reference_times(course: Path, assignment: str, say=print, measure=None) -> dict[str, float]:
-    """The reference solution's per-cell times, from the cache or measured (then cached):
-    `measure(notebook)` runs one source notebook as a student's would run and gives {grade id or
-    cell id: seconds} of its cells and {RECHECK + grade id: seconds} of its tests."""
-    course = Path(course)
-    cache = course / "autograder" / "work" / "cell_times" / f"{assignment}.json"
-    digest = source_digest(course, assignment)
+def shipped_path(course: Path, assignment: str) -> Path:
+    """Where the course ships `assignment`'s reference times (`transformer-lab time-reference`)."""
+    return Path(course) / "autograder" / "cell_times" / f"{assignment}.json"
+
+
+def _read_times(path: Path, digest: str) -> dict[str, float] | None:
+    """The times stored at `path` if they were measured on these source notebooks, else None."""
     try:
-        data = json.loads(cache.read_text())
+        data = json.loads(path.read_text())
         if data.get("sha256") == digest:
             return {str(k): float(v) for k, v in data["times"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
+    return None
+
+
+def _write_times(path: Path, digest: str, times: dict[str, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"sha256": digest, "times": times}, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def measure_reference(course: Path, assignment: str, measure, say=print) -> dict[str, float]:
+    """Every source notebook of `assignment` through `measure(notebook)`, timed once."""
     times: dict[str, float] = {}
     start = time.monotonic()
-    for path in sorted((course / "solutions" / assignment).glob("*.ipynb")):
+    for path in sorted((Path(course) / "solutions" / assignment).glob("*.ipynb")):
         times.update(measure(path))
-    say(
-        f"timed the reference solution of {assignment} once ({time.monotonic() - start:.1f} s; "
-        f"cached in {cache.relative_to(course)})"
-    )
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"sha256": digest, "times": times}, indent=1, sort_keys=True))
-    tmp.replace(cache)
+    say(f"timed the reference solution of {assignment} ({time.monotonic() - start:.1f} s)")
     return times
+
+
+def reference_times(course: Path, assignment: str, say=print, measure=None) -> dict[str, float]:
+    """The reference solution's per-cell times: measured on this machine before (the cache), else
+    shipped with the course, else measured now (then cached). `measure(notebook)` runs one source
+    notebook as a student's would run and gives {grade id or cell id: seconds} of its cells and
+    {RECHECK + grade id: seconds} of its tests."""
+    course = Path(course)
+    cache = course / "autograder" / "work" / "cell_times" / f"{assignment}.json"
+    digest = source_digest(course, assignment)
+    times = _read_times(cache, digest)
+    if times is not None:
+        return times
+    shipped = shipped_path(course, assignment)
+    times = _read_times(shipped, digest)
+    if times is not None:
+        say(f"the reference solution's times come with the course ({shipped.relative_to(course)})")
+        return times
+    times = measure_reference(course, assignment, measure, say)
+    _write_times(cache, digest, times)
+    say(f"(cached in {cache.relative_to(course)})")
+    return times
+
+
+def ship_reference_times(course: Path, assignment: str, measure, say=print) -> Path:
+    """Measure `assignment`'s reference solution and write the times the course ships."""
+    path = shipped_path(course, assignment)
+    times = measure_reference(course, assignment, measure, say)
+    _write_times(path, source_digest(course, assignment), times)
+    return path
 
 
 def describe(limits: CellLimits) -> str:

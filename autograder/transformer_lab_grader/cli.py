@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignments", nargs="*", help="lessons, e.g. 02_qkv_attention (default: all)")
 
     p = sub.add_parser(
+        "time-reference", help="time the reference solutions; write autograder/cell_times/"
+    )
+    p.add_argument("assignments", nargs="*", help="lessons, e.g. 02_qkv_attention (default: all)")
+
+    p = sub.add_parser(
         "autograde", help="autograde submissions (optionally submit notebooks first)"
     )
     p.add_argument("assignment", help="lesson, or '*' for every submitted lesson")
@@ -144,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return commands.collect(root, args.source, args.assignment, args.out, args.pattern)
     if args.command == "generate":
         return commands.generate(root, args.assignments)
+    if args.command == "time-reference":
+        return commands.time_reference(root, args.assignments)
     if args.command == "autograde":
         return commands.autograde(root, args.assignment, args.notebooks, args.student)
     if args.command == "feedback":

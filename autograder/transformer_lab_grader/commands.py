@@ -24,6 +24,36 @@ def generate(course: Path, assignments: list[str] | None) -> int:
     return 0
 
 
+def time_reference(course: Path, assignments: list[str] | None) -> int:
+    """`time-reference`: time each lesson's reference solution as a student's notebook is run and
+    write the times the course ships (`autograder/cell_times/<lesson>.json`), so that a first
+    grading measures nothing. Run it after a solution changes (`make reference-times`)."""
+    import tempfile
+
+    from . import cell_limits
+    from .course import assignments as all_assignments
+    from .judge import time_notebook
+
+    failures = 0
+    for assignment in assignments or all_assignments(course):
+        require_lesson(course, assignment)
+        with tempfile.TemporaryDirectory(prefix="time-reference-") as tmp:
+
+            def measure(notebook: Path) -> dict[str, float]:
+                nonlocal failures
+                times, failed = time_notebook(notebook, Path(tmp))
+                if failed:
+                    failures += 1
+                    print(
+                        f"error: the reference solution fails {', '.join(failed)}", file=sys.stderr
+                    )
+                return times
+
+            path = cell_limits.ship_reference_times(course, assignment, measure)
+        print(f"{assignment}: {path.relative_to(course)}", flush=True)
+    return 1 if failures else 0
+
+
 def autograde(course: Path, assignment: str, notebooks: list[Path], student: str | None) -> int:
     student = student or ("student" if notebooks else "*")
     if notebooks:

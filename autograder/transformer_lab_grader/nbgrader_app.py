@@ -78,8 +78,8 @@ def normalise(path: Path) -> None:
 
 
 def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: bool = True) -> Path:
-    """A course folder at `dest` holding only `lessons` (solutions, exercises and the autograder
-    configuration of `source`), for trial grading runs that must not touch the real gradebook;
+    """A course folder at `dest` holding only `lessons` (solutions, exercises, the autograder
+    configuration of `source` and the reference times it ships), for trial grading runs that must not touch the real gradebook;
     with `generate_them` the lessons are generated, so its own gradebook knows them."""
     dest = Path(dest)
     for lesson in lessons:
@@ -88,6 +88,11 @@ def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: boo
     (dest / "autograder").mkdir(parents=True)
     for path in (Path(source) / "autograder").glob("*.py"):
         shutil.copy(path, dest / "autograder" / path.name)
+    for lesson in lessons:  # the reference times the course ships (`time-reference`)
+        shipped = Path(source) / "autograder" / "cell_times" / f"{lesson}.json"
+        if shipped.is_file():
+            (dest / "autograder" / "cell_times").mkdir(exist_ok=True)
+            shutil.copy(shipped, dest / "autograder" / "cell_times" / shipped.name)
     if generate_them:
         generate(dest, list(lessons), quiet=True)
     return dest

@@ -145,6 +145,81 @@ def test_reference_times_are_measured_once_and_remeasured_when_the_solution_chan
     assert json.loads(cache.read_text())["times"] == changed
 
 
+def _ship(course: Path, times: dict, digest: str | None = None) -> Path:
+    path = cell_limits.shipped_path(course, "L")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = digest or cell_limits.source_digest(course, "L")
+    path.write_text(json.dumps({"sha256": key, "times": times}))
+    return path
+
+
+def test_times_shipped_with_the_course_are_used_without_measuring(small_course):
+    # an instructor's first grading of an unchanged lesson (`transformer-lab time-reference`)
+    calls, said = [], []
+    _ship(small_course, {"slow": 0.5, "x-test": 0.2})
+    times = cell_limits.reference_times(
+        small_course, "L", say=said.append, measure=lambda p: calls.append(p) or {}
+    )
+    assert times == {"slow": 0.5, "x-test": 0.2} and calls == []
+    assert "come with the course" in said[0]
+
+
+def test_shipped_times_of_another_solution_are_ignored(small_course):
+    calls = []
+    _ship(small_course, {"slow": 0.5}, digest="0" * 64)  # measured on an older solution
+
+    def fake(path):
+        calls.append(path.name)
+        return {"slow": 0.9}
+
+    assert cell_limits.reference_times(small_course, "L", say=lambda m: None, measure=fake) == {
+        "slow": 0.9
+    }
+    assert calls == ["L.ipynb"]
+
+
+def test_times_measured_on_this_machine_come_before_the_shipped_ones(small_course):
+    fake = lambda path: {"slow": 0.9}  # noqa: E731
+    measured = cell_limits.reference_times(small_course, "L", say=lambda m: None, measure=fake)
+    _ship(small_course, {"slow": 0.5})
+    again = cell_limits.reference_times(small_course, "L", say=lambda m: None, measure=None)
+    assert measured == again == {"slow": 0.9}
+
+
+def test_time_reference_writes_the_shipped_times_a_grading_then_reads(small_course, monkeypatch):
+    from transformer_lab_grader import commands
+
+    monkeypatch.setattr(judge, "time_notebook", lambda nb, workdir: ({"slow": 0.4}, []))
+    assert commands.time_reference(small_course, ["L"]) == 0
+    shipped = cell_limits.shipped_path(small_course, "L")
+    assert json.loads(shipped.read_text())["times"] == {"slow": 0.4}
+    times = cell_limits.reference_times(small_course, "L", say=lambda m: None, measure=None)
+    assert times == {"slow": 0.4}
+    monkeypatch.setattr(judge, "time_notebook", lambda nb, workdir: ({"slow": 0.4}, ["x-test"]))
+    assert commands.time_reference(small_course, ["L"]) == 1  # a failing reference solution
+
+
+def test_the_course_ships_fresh_reference_times_for_every_lesson(monkeypatch):
+    # stale after a solution changes: `make reference-times` measures them again
+    monkeypatch.setenv("TRANSFORMER_LAB_QUICK", "1")  # what grading runs in
+    stale = []
+    for solution in sorted((REPO / "solutions").iterdir()):
+        if not solution.is_dir():
+            continue
+        path = cell_limits.shipped_path(REPO, solution.name)
+        digest = cell_limits.source_digest(REPO, solution.name)
+        if not path.is_file() or json.loads(path.read_text()).get("sha256") != digest:
+            stale.append(solution.name)
+    assert not stale, f"run `make reference-times LESSONS='{' '.join(stale)}'`: {stale}"
+
+
+def test_a_course_copy_takes_the_shipped_times_along(tmp_path):
+    course = nbgrader_app.course_copy(REPO, tmp_path / "c", [LESSON], generate_them=False)
+    assert cell_limits.shipped_path(course, LESSON).read_bytes() == (
+        cell_limits.shipped_path(REPO, LESSON).read_bytes()
+    )
+
+
 def test_override_floor_factor_and_course_settings(small_course, tmp_path, monkeypatch):
     monkeypatch.setattr(grading.Grader, "_measure", lambda self, p: {"slow": 1.0})
     fixed = _grader(small_course, tmp_path, cell_timeout=7)._derive_limits()
@@ -253,13 +328,11 @@ def derived_run(tmp_path_factory):
     records = grade.grade(course, LESSON, submissions, out=out, jobs=2, quiet=True)
     with open(out, newline="") as f:
         rows = {row["student"]: row for row in csv.DictReader(f)}
-    times = json.loads(
-        (course / "autograder" / "work" / "cell_times" / f"{LESSON}.json").read_text()
-    )
+    times = cell_limits.reference_times(course, LESSON, say=lambda m: None)  # cached or shipped
     return {
         "records": {r["student"]: r for r in records},
         "csv": rows,
-        "limits": cell_limits.derive(times["times"]),
+        "limits": cell_limits.derive(times),
         "wall": time.monotonic() - start,
     }
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ from transformer_lab import check
 from transformer_lab.check import compare, crashes, drivers
 from transformer_lab.check.devices import CHECK_DEVICES_ENV
 from transformer_lab.check.drivers import CustomDriver
+from transformer_lab.check.exercise import Mistake
 
 CPU = torch.device("cpu")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -216,3 +218,57 @@ def test_a_clearly_largest_difference_is_still_the_one_quoted():
     got[0, :, 1] = 0.5
     got[0, 3, 0] = 0.9
     assert "(0, 3, 0)" in compare.compare_tensor(expected, got, "z", torch.float64, CPU)
+
+
+def test_a_trial_diagnosis_runs_each_mistake_on_the_cpu_first():
+    # TrialDriver (greedy decoding, sampling, the KV cache): the same guard, with a stand-in
+    # accelerator (meta); the mutant that runs a mistake's trial on the device at once would
+    # record ("indexes_out_of_range", "meta")
+    seen = []
+
+    def trial(impl, case, setting, call):
+        device = setting[0]
+        seen.append((impl.__name__, device.type))
+        call(lambda: impl(device))
+        return drivers.Finding("wrong", "a case", "tag", "evidence")
+
+    def indexes_out_of_range(device):
+        if device.type == "cpu":
+            raise IndexError("index 9 is out of bounds for dimension 0 with size 9")
+
+    def finds_the_same(device):
+        return None
+
+    ex = SimpleNamespace(
+        mistakes=[
+            Mistake("oob", "indexes out of range", indexes_out_of_range),
+            Mistake("same", "finds the same", finds_the_same),
+        ],
+        reference=None,
+    )
+    driver = drivers.TrialDriver(lambda thorough: [0], trial)
+    finding = drivers.Finding("wrong", "a case", "tag", "evidence")
+    named = driver._name(ex, 0, (torch.device("meta"), torch.float64), finding)
+    assert named is not None and named.key == "same"
+    assert seen == [
+        ("indexes_out_of_range", "cpu"),
+        ("finds_the_same", "cpu"),
+        ("finds_the_same", "meta"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "setting, device",
+    [
+        (torch.device("meta"), "meta"),
+        ((torch.device("meta"), torch.float32), "meta"),
+        (None, "cpu"),
+        ((3, "x"), "cpu"),
+    ],
+)
+def test_a_trial_setting_names_its_device_and_moves_to_the_cpu(setting, device):
+    assert drivers.device_of(setting).type == device
+    moved = drivers.setting_on(setting, CPU)
+    assert drivers.device_of(moved).type == "cpu"
+    if isinstance(setting, tuple):
+        assert len(moved) == len(setting) and moved[1:] == setting[1:]

@@ -42,11 +42,31 @@ def cpu_first(run: Callable, device: torch.device):
     and test fails. On the CPU the same indexing raises IndexError, which skips the mistake; so a
     mistake reaches the GPU only once it ran on the CPU. It then runs on the case's own device,
     so its ties (torch.topk) and its rounding are those of the student's result.
-    (A TrialDriver's trials run on their setting's device: none of its mistakes indexes out of
-    range on the GPU check's catalogue, 2026-11-28.)"""
+    A TrialDriver's diagnosis runs its trials of mistakes and altered inputs the same way
+    (`setting_on`); only its probe of the reference, which runs the case's own inputs, runs on the
+    device alone (``variants.probe`` reads a case whose implementation is called once)."""
     if device.type != "cpu":
         run(torch.device("cpu"))
     return run(device)
+
+
+def setting_on(setting, device: torch.device):
+    """A TrialDriver setting (a torch.device, a tuple holding one, or anything else) with its
+    device replaced by `device`."""
+    if isinstance(setting, torch.device):
+        return device
+    if isinstance(setting, tuple):
+        return tuple(device if isinstance(s, torch.device) else s for s in setting)
+    return setting
+
+
+def device_of(setting) -> torch.device:
+    """The device a TrialDriver setting runs on (the CPU when it names none)."""
+    if isinstance(setting, torch.device):
+        return setting
+    if isinstance(setting, tuple):
+        return next((s for s in setting if isinstance(s, torch.device)), torch.device("cpu"))
+    return torch.device("cpu")
 
 
 class Driver:
@@ -651,9 +671,17 @@ class TrialDriver(Driver):
         the reference's result (``check.generic``), or the altered input of the reference whose
         trial finds the same (``check.variants``)."""
 
+        def trial_of(impl):  # a mistake or an altered input: on the CPU first (cpu_first)
+            return cpu_first(
+                lambda where: self.trial(
+                    impl, case, setting_on(setting, where), lambda thunk, *_: thunk()
+                ),
+                device_of(setting),
+            )
+
         def same_finding(impl, out=None) -> bool:
             try:
-                theirs = self.trial(impl, case, setting, lambda thunk, *_: thunk())
+                theirs = trial_of(impl)
                 evidence = theirs.evidence if out is None else out(theirs.evidence)
                 return theirs.tag == finding.tag and bool(self.matches(finding.evidence, evidence))
             except Exception:  # no finding (None), or evidence the change cannot take

@@ -40,6 +40,7 @@ sys.path[:0] = [str(REPO / "shared"), str(REPO / "autograder")]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from transformer_lab_grader import (  # noqa: E402
+    cell_limits,
     grade,
     gradebook,
     gradebook_merge,
@@ -491,7 +492,7 @@ def first_grading(lessons: list[str], students: int = 3, measure_too: bool = Fal
             tmp = Path(tmp)
             course = nbgrader_app.course_copy(REPO, tmp / "course", [lesson])
             if not shipped:  # as a course that ships no reference times (before 2026-11-28)
-                (course / "autograder" / "cell_times" / f"{lesson}.json").unlink(missing_ok=True)
+                cell_limits.shipped_path(course, lesson).unlink(missing_ok=True)
             p_wall = p_cpu = 0.0
             for _ in range(students):
                 _, wall, cpu = _plain(tmp, course, lesson)

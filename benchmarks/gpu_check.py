@@ -569,30 +569,34 @@ def step_catalogue(run: Run) -> dict:
     argv = [sys.executable, __file__, "_catalogue", "--device", run.device, "--json", str(out)]
     if run.quick:
         argv += ["--lessons", "02", "05"]
-    rows, start, seconds, deadline = [], 0, 0.0, time.monotonic() + run.cap("catalogue")
+    rows, start, restarts, seconds = [], 0, -1, 0.0
+    deadline = time.monotonic() + run.cap("catalogue")
     while True:  # a process whose GPU a mistake stopped (LOST_GPU) goes on in a fresh one
+        restarts += 1
         left = deadline - time.monotonic()
         call = run.call("catalogue", [*argv, "--start", str(start)], max(left, 1.0))
         seconds += call["seconds"]
         data = json.loads(out.read_text()) if out.exists() else {}
-        rows += data.get("mistakes", [])
+        rows += data.get("mistakes", [])  # each process saves only the mistakes it finished
         if call.get("rc") != LOST_GPU or "next" not in data or deadline - time.monotonic() < 5:
             break
         start = data["next"]
         out.unlink()
-    rows = _unique_rows(rows)
-    known = [r for r in rows if not r["same"] and _known(r)]
-    bad = [r for r in rows if not r["same"] and not _known(r)]
+    known, bad = [], []
+    for row in rows:
+        if not row["same"]:
+            why = _why_known(row)
+            known.append(row | {"why": why}) if why else bad.append(row)
     ok = call.get("rc") == 0 and data.get("done") and rows and not bad
     return {
         "status": _status(call, bool(ok)),
         "seconds": round(seconds, 1),
         "exercises": len({r["exercise"] for r in rows}),
-        "restarts": len(re.findall(r"--start [1-9]", run.logs.get("catalogue", ""))),
+        "restarts": restarts,
         "mistakes": len(rows),
         "caught_and_named_as_on_cpu": len(rows) - len(bad) - len(known),
         "differences": bad[:40],
-        "known_differences": [r | {"why": _why_known(r)} for r in known],
+        "known_differences": known,
         "tail": "" if ok else _tail(run.logs.get("catalogue", "")),
     }
 
@@ -616,10 +620,6 @@ KNOWN_DIFFERENCES = {
 }
 
 
-def _key(row: dict) -> tuple[str, str]:
-    return row["exercise"], row["mistake"]
-
-
 # A mistake that indexes out of range stops a CUDA kernel when its check runs on CUDA alone, as
 # here; a student's thorough check runs the CPU's cases first, which catch it and name it.
 STOPS_A_KERNEL = (
@@ -641,20 +641,7 @@ def _why_known(row: dict) -> str | None:
         return None
     if device.get("key") == "crash-device-assert":
         return STOPS_A_KERNEL
-    return KNOWN_DIFFERENCES.get(_key(row))
-
-
-def _known(row: dict) -> bool:
-    return _why_known(row) is not None
-
-
-def _unique_rows(rows: list[dict]) -> list[dict]:
-    seen, unique = set(), []
-    for row in rows:
-        if (row["exercise"], row["mistake"]) not in seen:
-            seen.add((row["exercise"], row["mistake"]))
-            unique.append(row)
-    return unique
+    return KNOWN_DIFFERENCES.get((row["exercise"], row["mistake"]))
 
 
 def catalogue(
@@ -688,8 +675,6 @@ def catalogue(
             os.environ.pop(CHECK_DEVICES_ENV, None)
         return {"caught": False}
 
-    from transformer_lab.check import crashes
-
     rows, number = [], -1
     for name, ex in check.EXERCISES.items():
         if lessons and ex.lesson not in lessons:
@@ -709,19 +694,21 @@ def catalogue(
                     device: dev,
                 }
             )
-            if _lost_gpu(cpu, crashes) and number > start:  # an earlier assert, reported late
+            if _lost_gpu(cpu) and number > start:  # an earlier assert, reported late
                 rows.pop()  # this mistake runs again in a fresh process
                 save({"device": device, "mistakes": rows, "done": False, "next": number})
                 sys.exit(LOST_GPU)
-            if _lost_gpu(dev, crashes):
+            if _lost_gpu(dev):
                 save({"device": device, "mistakes": rows, "done": False, "next": number + 1})
                 sys.exit(LOST_GPU)
             save({"device": device, "mistakes": rows, "done": False})
     return {"device": device, "mistakes": rows, "done": True}
 
 
-def _lost_gpu(outcome: dict, crashes) -> bool:
+def _lost_gpu(outcome: dict) -> bool:
     """Whether a check's outcome says a CUDA kernel stopped at an assert (named, or raised)."""
+    from transformer_lab.check import crashes
+
     error = RuntimeError(outcome.get("error", ""))
     return outcome.get("key") == "crash-device-assert" or crashes.is_device_assert(error)
 

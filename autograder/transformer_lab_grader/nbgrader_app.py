@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import cell_limits
 from .course import assignments, require_lesson
 from .gradebook import gradebook_assignments, gradebook_path
 from .notebook_format import repair
@@ -79,8 +80,9 @@ def normalise(path: Path) -> None:
 
 def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: bool = True) -> Path:
     """A course folder at `dest` holding only `lessons` (solutions, exercises, the autograder
-    configuration of `source` and the reference times it ships), for trial grading runs that must not touch the real gradebook;
-    with `generate_them` the lessons are generated, so its own gradebook knows them."""
+    configuration of `source` and the reference times it ships), for trial grading runs that
+    must not touch the real gradebook; with `generate_them` the lessons are generated, so its own
+    gradebook knows them."""
     dest = Path(dest)
     for lesson in lessons:
         for part in ("solutions", "exercises"):
@@ -89,10 +91,10 @@ def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: boo
     for path in (Path(source) / "autograder").glob("*.py"):
         shutil.copy(path, dest / "autograder" / path.name)
     for lesson in lessons:  # the reference times the course ships (`time-reference`)
-        shipped = Path(source) / "autograder" / "cell_times" / f"{lesson}.json"
+        shipped = cell_limits.shipped_path(source, lesson)
         if shipped.is_file():
-            (dest / "autograder" / "cell_times").mkdir(exist_ok=True)
-            shutil.copy(shipped, dest / "autograder" / "cell_times" / shipped.name)
+            cell_limits.shipped_path(dest, lesson).parent.mkdir(exist_ok=True)
+            shutil.copy(shipped, cell_limits.shipped_path(dest, lesson))
     if generate_them:
         generate(dest, list(lessons), quiet=True)
     return dest

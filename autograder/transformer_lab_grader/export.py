@@ -16,8 +16,8 @@ long CSV adds ``submitted_at``, ``due``, ``days_late``, ``penalty_percent`` and
 penalised score, the one the LMS keeps. With a roster, every enrolled student without a record
 has a row with status ``missing`` (score 0 or blank, as the roster section says).
 
-The scores also reach nbgrader's gradebook (`gradebook_merge.merge_into_gradebook`, called by
-`grade`), so that nbgrader's own tools see them.
+The scores also reach nbgrader's gradebook (`gradebook_merge.merge_into_gradebook`, run by
+`grade` at the end of each run), so that nbgrader's own tools see them.
 """
 
 from __future__ import annotations

@@ -15,12 +15,27 @@ from .gradebook import (
 )
 from .nbgrader_app import generate
 from .notebook_format import graded_cells, released_notebooks
+from .records import load_records
+
+# The merge as a grading run's last job (`run_setup.RunSetup.merge`), forked from the run's
+# pre-imported worker, so that the grader's own process never imports nbgrader (about 3.7 CPU s,
+# benchmarks/history/journal.md §38): sys.argv[1:] are the course and the assignment.
+MERGE_JOB = (
+    "import sys; from transformer_lab_grader.gradebook_merge import merge_assignment; "
+    "merge_assignment(sys.argv[1], sys.argv[2])"
+)
+
+
+def merge_assignment(course: str | Path, assignment: str) -> int:
+    """Every record of `assignment` kept in the course, merged (`merge_into_gradebook`)."""
+    return merge_into_gradebook(Path(course), load_records(Path(course), assignment))
 
 
 def merge_into_gradebook(course: Path, records: list[dict]) -> int:
     """Write the records' cell scores into autograder/work/gradebook.db as auto scores, so
-    nbgrader's own tools (formgrader, `nbgrader export`) see them. Only ever called by the
-    parent process (one writer). An assignment the gradebook does not know yet is registered
+    nbgrader's own tools (formgrader, `nbgrader export`) see them. One writer: a grading run
+    calls it once, at its end, in its last job (`run_setup.RunSetup.merge`, while the run
+    waits) or in its own process where no worker serves. An assignment the gradebook does not know yet is registered
     first (`generate`, which rewrites exercises/ byte-identically).
 
     One pass per assignment: its released cells read once, its students and submissions created

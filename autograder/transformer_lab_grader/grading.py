@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import cell_limits, gradebook_merge, identities, sandbox, timing
+from . import cell_limits, identities, sandbox, timing
 from . import worker as job_worker
 from .course import PACKAGE_REPO
 from .notebook_format import graded_cells, released_notebooks
@@ -157,15 +157,20 @@ class Grader(RunSetup):
                     futures = [pool.submit(self._one, *job) for job in todo]
                     for future in concurrent.futures.as_completed(futures):
                         future.result()
+                return self._finish()  # the merge: the worker's last job
             finally:
                 self._stop_worker()
                 if not os.environ.get("TRANSFORMER_LAB_KEEP_GRADING_DIR"):
                     shutil.rmtree(self.run_dir, ignore_errors=True)
+        return self._finish()
+
+    def _finish(self) -> list[dict]:
+        """Every record of the assignment: into the CSV, and merged into the gradebook."""
         records = load_records(self.course, self.assignment)
         if self.out is not None:
             write_csv(records, Path(self.out), {self.assignment: self.cells})
         try:
-            gradebook_merge.merge_into_gradebook(self.course, records)
+            self.merge(records)
         except Exception as error:  # the records and the CSV are what counts
             self.say(f"warning: could not merge into the course gradebook: {error}")
         return records

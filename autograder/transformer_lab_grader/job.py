@@ -129,11 +129,18 @@ def _warm_caches() -> None:
     """Build once, in the worker, what every job would otherwise build for itself and then throw
     away (each job is a fork of the worker): nbformat's compiled notebook schemas, strict and
     relaxed (nbconvert validates the notebook after each of nbgrader's preprocessors; compiling
-    them cost a job about 0.1 CPU s), and SQLAlchemy's configured gradebook mappers (about 0.06).
-    benchmarks/history/journal.md §35; tests/grading/test_worker.py checks both are built."""
+    them cost a job about 0.1 CPU s), SQLAlchemy's configured gradebook mappers (about 0.06),
+    and the modules torch imports on the judge's first gradient (`verify_child.warm_torch`:
+    about 0.65). benchmarks/history/journal.md §35, §38; tests/grading/test_worker.py checks
+    all three."""
     import nbformat
     import nbformat.validator
     import sqlalchemy.orm
+    import torch
+
+    from .verify_child import warm_torch
+
+    warm_torch(torch)
 
     for relaxed in (False, True):
         nbformat.validator.get_validator(

@@ -399,9 +399,11 @@ def test_a_worker_that_cannot_serve_falls_back_and_says_why(
 
 
 # What the worker builds once for every job it forks (`job._warm_caches`): nbformat's strict and
-# relaxed notebook schemas and nbgrader's configured SQLAlchemy mappers. The probe runs in a
-# fresh interpreter (trusted_imports rewrites sys.path) with the worker's imports, optionally with
-# the warming switched off (the mutant), and reports what a forked job would inherit.
+# relaxed notebook schemas, nbgrader's configured SQLAlchemy mappers, and what torch imports on a
+# judge's first gradient (`verify_child.warm_torch`). The probe runs in a fresh interpreter
+# (trusted_imports rewrites sys.path) with the worker's imports, optionally with the warming
+# switched off (the mutant), and reports what a forked job would inherit, then how many modules
+# a gradient with `grad_outputs` (what `check.compare.backward` asks) still imports.
 WARM_PROBE = """
 import json, sys
 from transformer_lab_grader import job
@@ -409,12 +411,19 @@ if sys.argv[1] == "mutant":
     job._warm_caches = lambda: None
 job.trusted_imports()
 import nbformat.validator
+import torch
 from nbgrader.api import Assignment
-print(json.dumps({
+found = {
     "relaxed": sorted(key[3] for key in nbformat.validator.validators),
     "mappers": bool(Assignment.__mapper__.configured),
-}))
+}
+before = set(sys.modules)
+x = torch.randn(3, requires_grad=True)
+torch.autograd.grad(x * 3, x, torch.randn(3))
+found["imported by a gradient"] = len(set(sys.modules) - before)
+print(json.dumps(found))
 """
+WARMED = {"relaxed": [False, True], "mappers": True, "imported by a gradient": 0}
 
 
 def _warm_probe(tmp_path: Path, variant: str) -> dict:
@@ -434,8 +443,89 @@ def _warm_probe(tmp_path: Path, variant: str) -> dict:
 
 
 def test_the_worker_builds_the_schemas_and_mappers_every_job_inherits(tmp_path):
-    assert _warm_probe(tmp_path, "as-is") == {"relaxed": [False, True], "mappers": True}
+    assert _warm_probe(tmp_path, "as-is") == WARMED
 
 
 def test_a_worker_without_the_warming_leaves_them_to_every_job(tmp_path):
-    assert _warm_probe(tmp_path, "mutant") != {"relaxed": [False, True], "mappers": True}
+    found = _warm_probe(tmp_path, "mutant")
+    assert found["relaxed"] != [False, True] and not found["mappers"]
+    if found["imported by a gradient"] == 0:
+        pytest.skip("this torch imports nothing on a first gradient: nothing to warm")
+    assert found != WARMED
+
+
+# The merge into nbgrader's gradebook is the run's last job, forked from the worker
+# (`run_setup.RunSetup.merge`): the grader's own process never imports nbgrader (about 3.7 CPU s
+# in a fresh interpreter, 1.25 after the grader's own imports; journal §38). The probe grades in a
+# fresh interpreter and reports whether nbgrader was imported there; the mutant merges in the
+# grader's process, as before.
+GRADER_PROBE = """
+import json, sys
+from pathlib import Path
+from transformer_lab_grader import gradebook_merge, grade, run_setup
+if sys.argv[4] == "mutant":
+    run_setup.RunSetup.merge = lambda self, records: gradebook_merge.merge_into_gradebook(
+        self.course, records
+    )
+[record] = grade.grade(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), quiet=True,
+                       force=True, isolate=False)
+print(json.dumps({"score": record["score"], "nbgrader imported": "nbgrader" in sys.modules}))
+"""
+
+
+def _graded_in_a_fresh_grader(tiny_course, tmp_path: Path, variant: str) -> tuple[dict, dict]:  # noqa: F811
+    import subprocess
+
+    from test_instructor_grade import copy_of
+
+    from transformer_lab_grader import gradebook
+
+    course = copy_of(tiny_course, tmp_path)
+    subs = _one_student(tmp_path, course)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [str(course), TINY, str(subs), variant]
+    out = subprocess.run(
+        [sys.executable, "-c", GRADER_PROBE, *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1]), gradebook.all_scores(course)
+
+
+@pytest.mark.slow
+def test_the_gradebook_merge_runs_in_the_worker_not_in_the_grader(tiny_course, tmp_path):  # noqa: F811
+    found, scores = _graded_in_a_fresh_grader(tiny_course, tmp_path, "as-is")
+    assert found == {"score": 3.0, "nbgrader imported": False}
+    assert scores == {("amy", TINY, TINY): (3.0, 3.0)}
+
+
+@pytest.mark.slow
+def test_a_grader_that_merges_itself_imports_nbgrader(tiny_course, tmp_path):  # noqa: F811
+    found, scores = _graded_in_a_fresh_grader(tiny_course, tmp_path, "mutant")
+    assert found == {"score": 3.0, "nbgrader imported": True}
+    assert scores == {("amy", TINY, TINY): (3.0, 3.0)}
+
+
+@pytest.mark.slow
+def test_a_merge_job_that_fails_is_a_warning_and_loses_no_record(tiny_course, tmp_path, capsys):  # noqa: F811
+    from test_instructor_grade import copy_of
+
+    from transformer_lab_grader.gradebook import gradebook_path
+
+    course = copy_of(tiny_course, tmp_path)
+    subs = _one_student(tmp_path, course)
+    db = gradebook_path(course)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    db.write_bytes(b"this is not a database")
+    csv = tmp_path / "grades.csv"
+    [record] = grade.grade(course, TINY, subs, force=True, isolate=False, out=csv)
+    said = capsys.readouterr().out
+    assert record["score"] == 3.0
+    assert "warning: could not merge into the course gradebook: the merge exited 1" in said
+    assert "not a database" in said  # the job's own error, in its output's tail
+    assert "amy" in csv.read_text()
+    assert db.read_bytes() == b"this is not a database"

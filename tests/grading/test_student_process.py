@@ -56,3 +56,23 @@ def test_a_students_process_without_the_warm_up_imports_under_the_guard(tmp_path
     if imported == 0:
         pytest.skip("this torch imports nothing on a first gradient: nothing to warm")
     assert imported > 0
+
+
+class _BrokenTorch:
+    """A torch whose gradients fail: the warm-up is only a saving and must not stop grading."""
+
+    @staticmethod
+    def ones(*shape, requires_grad=False):
+        raise RuntimeError("no autograd in this build")
+
+
+def test_a_warm_up_that_fails_loses_nothing():
+    from transformer_lab_grader import verify_child
+
+    verify_child.warm_torch(_BrokenTorch)  # no exception: the process goes on to the cells
+
+
+def test_the_broken_torch_does_fail_an_unguarded_warm_up():
+    with pytest.raises(RuntimeError, match="no autograd"):
+        x = _BrokenTorch.ones(2, requires_grad=True)  # what warm_torch runs, unguarded
+        del x

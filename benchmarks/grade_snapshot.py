@@ -119,13 +119,15 @@ def snapshot(out: Path, lessons: list[str]) -> None:
 
 
 # What differs between two runs of the same code, and is replaced before comparing: measured
-# times (the checks' "(...; 0.09 s)", the notebooks' own timings), the Python environment's and the
+# times (the checks' "(...; 0.09 s)", the notebooks' own timings, a record's phases), the Python environment's and the
 # grader's temporary folders, widget ids, and how nbclient happened to split one cell's printed
 # output into stream messages (one <pre> block or two in the feedback page).
 VARIES = [
     (re.compile(r" *\d+(?:\.\d+)? (ms|s)\b"), r" <T> \1"),  # padded to a width
     (re.compile(re.escape(sys.prefix) + r"|/\S+?/(?:\.venv|[a-z]+-venv)(?=/lib/)"), "<VENV>"),
     (re.compile(r"transformer-lab-grade-\w+"), "transformer-lab-grade-<X>"),
+    # a record's measured phases (`timings`, `cpu_timings`: seconds, as numbers)
+    (re.compile(r'"(autograde|imports|results|student)": \d+(?:\.\d+)?'), r'"\1": <T>'),
     (
         re.compile(
             r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b[0-9a-f]{32}\b"

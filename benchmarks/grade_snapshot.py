@@ -119,9 +119,9 @@ def snapshot(out: Path, lessons: list[str]) -> None:
 
 
 # What differs between two runs of the same code, and is replaced before comparing: measured
-# times (the checks' "(...; 0.09 s)", the notebooks' own timings, a record's phases), the Python environment's and the
-# grader's temporary folders, widget ids, and how nbclient happened to split one cell's printed
-# output into stream messages (one <pre> block or two in the feedback page).
+# times (the checks' "(...; 0.09 s)", the notebooks' own timings, a record's phases), the Python
+# environment's and the grader's temporary folders, widget ids, and how nbclient happened to split
+# one cell's printed output into stream messages (one <pre> block or two in the feedback page).
 VARIES = [
     (re.compile(r" *\d+(?:\.\d+)? (ms|s)\b"), r" <T> \1"),  # padded to a width
     (re.compile(re.escape(sys.prefix) + r"|/\S+?/(?:\.venv|[a-z]+-venv)(?=/lib/)"), "<VENV>"),

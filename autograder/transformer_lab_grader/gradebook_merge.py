@@ -35,8 +35,8 @@ def merge_into_gradebook(course: Path, records: list[dict]) -> int:
     """Write the records' cell scores into autograder/work/gradebook.db as auto scores, so
     nbgrader's own tools (formgrader, `nbgrader export`) see them. One writer: a grading run
     calls it once, at its end, in its last job (`run_setup.RunSetup.merge`, while the run
-    waits) or in its own process where no worker serves. An assignment the gradebook does not know yet is registered
-    first (`generate`, which rewrites exercises/ byte-identically).
+    waits) or in its own process where no worker serves. An assignment the gradebook does not
+    know yet is registered first (`generate`, which rewrites exercises/ byte-identically).
 
     One pass per assignment: its released cells read once, its students and submissions created
     in bulk where missing (as nbgrader's `add_submission` does), its grade rows loaded with one

@@ -91,10 +91,10 @@ def course_copy(source: Path, dest: Path, lessons: list[str], generate_them: boo
     for path in (Path(source) / "autograder").glob("*.py"):
         shutil.copy(path, dest / "autograder" / path.name)
     for lesson in lessons:  # the reference times the course ships (`time-reference`)
-        shipped = cell_limits.shipped_path(source, lesson)
+        shipped, copied = (cell_limits.shipped_path(c, lesson) for c in (source, dest))
         if shipped.is_file():
-            cell_limits.shipped_path(dest, lesson).parent.mkdir(exist_ok=True)
-            shutil.copy(shipped, cell_limits.shipped_path(dest, lesson))
+            copied.parent.mkdir(exist_ok=True)
+            shutil.copy(shipped, copied)
     if generate_them:
         generate(dest, list(lessons), quiet=True)
     return dest

@@ -426,20 +426,26 @@ print(json.dumps(found))
 WARMED = {"relaxed": [False, True], "mappers": True, "imported by a gradient": 0}
 
 
-def _warm_probe(tmp_path: Path, variant: str) -> dict:
+def _probe(source: str, argv: list[str], cwd: Path, timeout: float) -> dict:
+    """The JSON that `source`, run with `argv` in a fresh interpreter on this sys.path, prints
+    last."""
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run(
-        [sys.executable, "-c", WARM_PROBE, variant],
-        cwd=tmp_path,
+        [sys.executable, "-c", source, *argv],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _warm_probe(tmp_path: Path, variant: str) -> dict:
+    return _probe(WARM_PROBE, [variant], tmp_path, 300)
 
 
 def test_the_worker_builds_the_schemas_and_mappers_every_job_inherits(tmp_path):
@@ -474,26 +480,14 @@ print(json.dumps({"score": record["score"], "nbgrader imported": "nbgrader" in s
 
 
 def _graded_in_a_fresh_grader(tiny_course, tmp_path: Path, variant: str) -> tuple[dict, dict]:  # noqa: F811
-    import subprocess
-
     from test_instructor_grade import copy_of
 
     from transformer_lab_grader import gradebook
 
     course = copy_of(tiny_course, tmp_path)
     subs = _one_student(tmp_path, course)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [str(course), TINY, str(subs), variant]
-    out = subprocess.run(
-        [sys.executable, "-c", GRADER_PROBE, *argv],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1]), gradebook.all_scores(course)
+    found = _probe(GRADER_PROBE, [str(course), TINY, str(subs), variant], tmp_path, 600)
+    return found, gradebook.all_scores(course)
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@
 --cost: per notebook, a class of --students copies of the solution graded (the student's process
 boxed by bubblewrap; then with --no-sandbox), side by side with the plain nbclient execution of the
 notebook (median of 3), per-run caches warm as in a class; prints the ratios. --first: an
-instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start and the
-gradebook preparation included, and the reference timing where the course ships no times;
+instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start (a fresh
+`transformer-lab` process's imports, measured apart) and the gradebook preparation included, and the reference timing where the course ships no times;
 --measure-reference: paid as if it shipped none) against 3 plain nbclient runs. --hang:
 the cost of a hanging, a looping and a graded-function-looping student with the derived per-cell
 limits. --merge N: merging N synthetic records into the course gradebook, the record-by-record
@@ -30,6 +30,8 @@ import argparse
 import os
 import resource
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -471,12 +473,31 @@ def cost(lessons: list[str], students: int) -> None:
                 )
 
 
+def command_start() -> tuple[float, float]:
+    """Wall and CPU seconds of a fresh `transformer-lab` process up to its arguments parsed
+    (the interpreter and the command line's imports): what `first_grading`'s in-process
+    grading has already paid. The median of 3."""
+    runs = [
+        _timed(
+            subprocess.run,
+            [sys.executable, "-m", "transformer_lab_grader.cli", "--help"],
+            env=dict(os.environ, PYTHONPATH=f"{REPO / 'shared'}:{REPO / 'autograder'}"),
+            capture_output=True,
+            check=True,
+        )[1:]
+        for _ in range(3)
+    ]
+    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+
+
 def first_grading(lessons: list[str], students: int = 3, measure_too: bool = False) -> None:
     """An instructor's first grading: `students` solved notebooks, --jobs 1, on a fresh copy of
     the course (every fixed cost paid: the start, preparing the gradebook, and timing the
     reference solution where the course ships no times for it, `autograder/cell_times/`),
     against `students` plain nbclient runs of the same notebook, side by side."""
     print(f"{students} students, --jobs 1, a fresh course copy, {_machine()}")
+    start_wall, start_cpu = command_start()
+    print(f"the command's start (counted in each grading): {start_wall:.2f} s / {start_cpu:.2f} s")
     _table(
         "lesson",
         "plain x n: wall / CPU (s)",
@@ -499,7 +520,7 @@ def first_grading(lessons: list[str], students: int = 3, measure_too: bool = Fal
                 p_wall, p_cpu = p_wall + wall, p_cpu + cpu
             subs = _class(tmp / "class", lesson, students)
             records, g_wall, g_cpu = _timed(grade.grade, course, lesson, subs, quiet=True, jobs=1)
-            g_cpu += _boxed_cpu(records)
+            g_wall, g_cpu = g_wall + start_wall, g_cpu + start_cpu + _boxed_cpu(records)
         full = sum(r["score"] == r["max_score"] for r in records)
         label = f"{lesson} ({'reference times shipped' if shipped else 'reference timed'})"
         print(

@@ -117,7 +117,10 @@ def trusted_imports() -> None:
     import nbgrader.apps.nbgraderapp  # noqa: F401
     import torch
 
+    import transformer_lab
     import transformer_lab.check  # noqa: F401
+
+    transformer_lab.load_all()  # every model module, not only those the checks import
 
     from . import judge, judged_execute, verify_flags  # noqa: F401
 

@@ -308,8 +308,10 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
 
     import torch
 
+    import transformer_lab
     from transformer_lab import check
 
+    transformer_lab.load_all()  # no model module loads later, under the guard
     torch.set_num_threads(1)
     warm_torch(torch)
     spec = json.loads(Path(cells_file).read_text())

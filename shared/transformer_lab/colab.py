@@ -18,9 +18,10 @@ Nothing needs a restart: pip only adds files, and the import caches are refreshe
 this only when ``google.colab`` is loaded, so outside Colab nothing here runs (and nothing is
 downloaded). ``$TRANSFORMER_LAB_DRIVE`` moves the Drive's mount point (tests).
 
-The course's own modules are imported before `setup` runs (``import transformer_lab.colab``), so
-a requirement the package imports at the top must be one Colab has; the simulated Colab of
-``tests/notebooks/test_colab.py`` has only Colab's packages and fails otherwise.
+``import transformer_lab.colab`` runs before `setup` and loads only the package's light part
+(`registry`, `student`, this module; the models load lazily, after `setup`), so what those import
+at the top must be what Colab has; the simulated Colab of ``tests/notebooks/test_colab.py`` has
+only Colab's packages and fails otherwise.
 """
 
 from __future__ import annotations

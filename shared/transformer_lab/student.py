@@ -29,11 +29,14 @@ import textwrap
 import types
 from dataclasses import replace
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from . import registry
-from .encoder_decoder import Parts
+
+if TYPE_CHECKING:  # torch and the models load when first used: `import transformer_lab` stays light
+    from torch import nn
+
+    from .encoder_decoder import Parts
 
 PACKAGE = "transformer_lab_student"
 MANIFEST = "progress.json"
@@ -300,6 +303,8 @@ def _load_student(name: str, module: str):
 
 
 def _is_module_class(obj) -> bool:
+    from torch import nn
+
     return isinstance(obj, type) and issubclass(obj, nn.Module)
 
 
@@ -317,7 +322,7 @@ def use(name: str, quiet: bool = False):
     if _grading():
         why = "grading mode: earlier lessons are graded with the reference"
     elif entry is None:
-        if isinstance(reference, type) and issubclass(reference, nn.Module):
+        if _is_module_class(reference):
             built = built_from_yours(reference, quiet=quiet)
             if built is not reference:
                 return built
@@ -419,7 +424,7 @@ def _yours(name: str) -> type | None:
         mine = _load_student(name, entry["module"])
     except Exception:  # a broken saved file: use() reports it; here the reference stays
         return None
-    return mine if isinstance(mine, type) and issubclass(mine, nn.Module) else None
+    return mine if _is_module_class(mine) else None
 
 
 def _fitted(name: str, mine: type, reference: type) -> type:
@@ -528,6 +533,8 @@ def parts(quiet: bool = False) -> Parts:
     option yours lacks (GPT's tanh-GELU FeedForward), that part is the reference, and it says so
     once. Every model built from these parts prints which of them are yours (unless `quiet`).
     """
+    from .encoder_decoder import Parts
+
     reference = Parts()
     if _grading():
         why = "grading mode: earlier lessons are graded with the reference"
@@ -554,6 +561,8 @@ def built_from_yours(model: type, quiet: bool = False) -> type:
     takes = inspect.signature(model).parameters
     if not ("parts" in takes or _SUBLAYERS <= set(takes)):
         return model  # a leaf part (attention, norm, FFN): nothing to build it from
+    from .encoder_decoder import Parts
+
     yours = parts(quiet=quiet)
     if yours == Parts():
         return model

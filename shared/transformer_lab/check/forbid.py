@@ -98,6 +98,21 @@ def _closure_cells(obj) -> Iterator:
         yield from getattr(fn, "__closure__", None) or ()
 
 
+def _originals(dotted_names: Iterable[str]) -> list[tuple[str, object, str, Callable]]:
+    """(dotted name, owner, attribute, original) of each name that exists, every one looked up
+    before any is switched off: a name that gives another module's (`transformer_lab.padding_mask`
+    gives `transformer_lab.masking`'s, lazily) would otherwise give the stub put there a moment
+    before, and be "restored" to it."""
+    found = []
+    for dotted in dotted_names:
+        try:
+            owner, attr = resolve(dotted)
+            found.append((dotted, owner, attr, getattr(owner, attr)))
+        except (ImportError, AttributeError):
+            continue
+    return found
+
+
 @contextlib.contextmanager
 def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
     """Make each dotted name (and any alias of it the student's code holds) raise, then restore."""
@@ -105,12 +120,7 @@ def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
     originals: dict[int, Callable] = {}
     allowed = allowed_operations(dotted_names)
     try:
-        for dotted in dotted_names:
-            try:
-                owner, attr = resolve(dotted)
-                original = getattr(owner, attr)
-            except (ImportError, AttributeError):
-                continue
+        for dotted, owner, attr, original in _originals(dotted_names):
             stub = originals.setdefault(id(original), _stub(dotted, exercise, allowed))
             setattr(owner, attr, stub)
             undo.append(lambda o=owner, a=attr, v=original: setattr(o, a, v))

@@ -1,0 +1,180 @@
+"""`import transformer_lab` is light: the models (and torch) load when first asked for (PEP 562).
+
+What that buys and what it must not break:
+- the grader's command line and `import transformer_lab.colab` start without torch (a mutant
+  package whose `__init__` or `student` module imports a model eagerly, as before 2026-11-28,
+  imports it);
+- every name the package offers is its module's own object, `dir` and `import *` list them, and
+  a name that does not exist is an AttributeError;
+- a passing check still saves the student's code after `import transformer_lab.check` alone;
+- `check.forbid` switches a reference off under both its names and restores both (the mutants:
+  originals looked up between the patches, and a `__getattr__` that caches what it gave).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import transformer_lab
+from transformer_lab import masking
+from transformer_lab.check.forbid import ImplementThisYourself, forbid
+
+# the module (`transformer_lab.check.forbid` as an attribute is the function it exports)
+forbid_module = sys.modules["transformer_lab.check.forbid"]
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "shared" / "transformer_lab"
+
+IMPORTS = """
+import json, sys
+import {module}
+print(json.dumps(sorted(m for m in ("torch", "numpy", "matplotlib") if m in sys.modules)))
+"""
+
+
+def _heavy_modules(module: str, shared: Path, autograder: Path = ROOT / "autograder") -> list:
+    """The heavy libraries a fresh interpreter has loaded after `import module`."""
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS.format(module=module)],
+        env={"PYTHONPATH": f"{shared}:{autograder}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "module", ["transformer_lab", "transformer_lab_grader.cli", "transformer_lab.colab"]
+)
+def test_the_package_and_the_command_line_start_without_torch(module):
+    assert _heavy_modules(module, ROOT / "shared") == []
+
+
+@pytest.mark.parametrize(
+    "file, eager",
+    [
+        ("__init__.py", "\nfrom .gpt import GPT  # the mutant: one eager model import\n"),
+        ("student.py", "\nfrom torch import nn  # the mutant: torch at the student module's top\n"),
+    ],
+)
+def test_mutant_an_eager_import_brings_torch_back(tmp_path, file, eager):
+    copy = tmp_path / "shared" / "transformer_lab"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    with (copy / file).open("a") as f:
+        f.write(eager)
+    assert "torch" in _heavy_modules("transformer_lab", copy.parent)
+
+
+def test_every_offered_name_is_its_modules_own_object():
+    import importlib
+
+    for module, names in transformer_lab._EXPORTS.items():
+        source = importlib.import_module(f"transformer_lab.{module}")
+        for name in names:
+            assert getattr(transformer_lab, name) is getattr(source, name), name
+    assert set(transformer_lab.__all__) <= set(dir(transformer_lab))
+    namespace: dict = {}
+    exec("from transformer_lab import *", namespace)  # noqa: S102
+    assert namespace["GPT"] is transformer_lab.gpt.GPT
+    assert namespace["viz"] is transformer_lab.viz
+    with pytest.raises(AttributeError, match="no attribute 'GPT2'"):
+        transformer_lab.GPT2  # noqa: B018
+
+
+SAVES = """
+import json
+import transformer_lab.check
+from transformer_lab import registry
+print(json.dumps(len(registry._LISTENERS)))
+"""
+
+
+def _listeners(shared: Path) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", SAVES],
+        env={"PYTHONPATH": str(shared), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_check_imported_alone_still_saves_the_students_code(tmp_path):
+    assert _listeners(ROOT / "shared") == 1  # the student package's `_save_passing`
+    copy = tmp_path / "shared" / "transformer_lab"  # the mutant: `student` loaded lazily too
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    init = (copy / "__init__.py").read_text()
+    (copy / "__init__.py").write_text(init.replace("import registry, student", "import registry"))
+    assert _listeners(copy.parent) == 0
+
+
+@pytest.fixture
+def lazy_padding_mask():
+    """`transformer_lab.padding_mask` not looked up yet, as in a fresh kernel."""
+    vars(transformer_lab).pop("padding_mask", None)
+    yield
+    vars(transformer_lab).pop("padding_mask", None)
+
+
+TOKENS = torch.tensor([[5, 0], [7, 8]])
+
+
+def _calls_through_the_package(tokens):
+    return transformer_lab.padding_mask(tokens, 0)
+
+
+BOTH = ("transformer_lab.masking.padding_mask", "transformer_lab.padding_mask")
+
+
+def _forbid_and_check(names):
+    real = masking.padding_mask
+    with forbid(names, _calls_through_the_package, "demo"):
+        with pytest.raises(ImplementThisYourself):
+            _calls_through_the_package(TOKENS)
+        with pytest.raises(ImplementThisYourself):
+            masking.padding_mask(TOKENS, 0)
+    assert masking.padding_mask is real
+    assert transformer_lab.padding_mask is real  # nothing switched off outlives the check
+    assert _calls_through_the_package(TOKENS).tolist() == [[[[True, False]]], [[[True, True]]]]
+
+
+@pytest.mark.parametrize("names", [BOTH, BOTH[::-1], BOTH[:1]])
+def test_forbid_switches_off_both_names_and_restores_both(lazy_padding_mask, names):
+    _forbid_and_check(names)
+
+
+def test_mutant_originals_looked_up_between_the_patches_keep_a_stub(lazy_padding_mask, monkeypatch):
+    def interleaved(names):  # the loop before 2026-11-28: look up, switch off, look up, ...
+        for dotted in names:
+            owner, attr = forbid_module.resolve(dotted)
+            yield dotted, owner, attr, getattr(owner, attr)
+
+    monkeypatch.setattr(forbid_module, "_originals", interleaved)
+    with pytest.raises(AssertionError):
+        _forbid_and_check(BOTH)
+    monkeypatch.undo()
+    vars(transformer_lab).pop("padding_mask", None)
+
+
+def test_mutant_a_caching_getattr_keeps_the_stub(lazy_padding_mask, monkeypatch):
+    lazy = transformer_lab.__getattr__
+
+    def caching(name):
+        value = lazy(name)
+        vars(transformer_lab)[name] = value
+        return value
+
+    monkeypatch.setattr(transformer_lab, "__getattr__", caching)
+    with pytest.raises(AssertionError):
+        _forbid_and_check(BOTH[:1])

@@ -7,8 +7,9 @@ What that buys and what it must not break:
 - every name the package offers is its module's own object, `dir` and `import *` list them, and
   a name that does not exist is an AttributeError;
 - a passing check still saves the student's code after `import transformer_lab.check` alone;
-- `check.forbid` switches a reference off under both its names and restores both (the mutants:
-  originals looked up between the patches, and a `__getattr__` that caches what it gave).
+- `check.forbid` switches a reference off under both its names and restores both, the package's
+  name still lazy (the mutants: a `__getattr__` that caches what it gave; a restore that binds
+  the package's name, which keeps the stub put on the module's, or which a later check misses).
 """
 
 from __future__ import annotations
@@ -146,25 +147,13 @@ def _forbid_and_check(names):
             masking.padding_mask(TOKENS, 0)
     assert masking.padding_mask is real
     assert transformer_lab.padding_mask is real  # nothing switched off outlives the check
+    assert "padding_mask" not in vars(transformer_lab)  # still given lazily, by its module
     assert _calls_through_the_package(TOKENS).tolist() == [[[[True, False]]], [[[True, True]]]]
 
 
 @pytest.mark.parametrize("names", [BOTH, BOTH[::-1], BOTH[:1]])
 def test_forbid_switches_off_both_names_and_restores_both(lazy_padding_mask, names):
     _forbid_and_check(names)
-
-
-def test_mutant_originals_looked_up_between_the_patches_keep_a_stub(lazy_padding_mask, monkeypatch):
-    def interleaved(names):  # the loop before 2026-11-28: look up, switch off, look up, ...
-        for dotted in names:
-            owner, attr = forbid_module.resolve(dotted)
-            yield dotted, owner, attr, getattr(owner, attr)
-
-    monkeypatch.setattr(forbid_module, "_originals", interleaved)
-    with pytest.raises(AssertionError):
-        _forbid_and_check(BOTH)
-    monkeypatch.undo()
-    vars(transformer_lab).pop("padding_mask", None)
 
 
 def test_mutant_a_caching_getattr_keeps_the_stub(lazy_padding_mask, monkeypatch):
@@ -178,3 +167,19 @@ def test_mutant_a_caching_getattr_keeps_the_stub(lazy_padding_mask, monkeypatch)
     monkeypatch.setattr(transformer_lab, "__getattr__", caching)
     with pytest.raises(AssertionError):
         _forbid_and_check(BOTH[:1])
+
+
+def test_a_later_check_switches_the_package_name_off_again(lazy_padding_mask):
+    _forbid_and_check(BOTH)
+    _forbid_and_check(BOTH[:1])  # the module's name alone: the package's name follows it
+
+
+def test_mutant_a_restore_that_binds_the_package_name(lazy_padding_mask, monkeypatch):
+    monkeypatch.setattr(forbid_module, "_restore", lambda o, a, v, own: setattr(o, a, v))
+    with pytest.raises(AssertionError):  # the module's name first: the stub it gave is kept
+        _forbid_and_check(BOTH)
+    vars(transformer_lab).pop("padding_mask")
+    with pytest.raises(AssertionError):  # the package's name first: the real one, bound
+        _forbid_and_check(BOTH[::-1])
+    with forbid(BOTH[:1], _calls_through_the_package, "demo"):  # so a later check misses it
+        assert _calls_through_the_package(TOKENS).shape == (2, 1, 1, 2)

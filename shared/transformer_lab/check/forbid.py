@@ -98,19 +98,14 @@ def _closure_cells(obj) -> Iterator:
         yield from getattr(fn, "__closure__", None) or ()
 
 
-def _originals(dotted_names: Iterable[str]) -> list[tuple[str, object, str, Callable]]:
-    """(dotted name, owner, attribute, original) of each name that exists, every one looked up
-    before any is switched off: a name that gives another module's (`transformer_lab.padding_mask`
-    gives `transformer_lab.masking`'s, lazily) would otherwise give the stub put there a moment
-    before, and be "restored" to it."""
-    found = []
-    for dotted in dotted_names:
-        try:
-            owner, attr = resolve(dotted)
-            found.append((dotted, owner, attr, getattr(owner, attr)))
-        except (ImportError, AttributeError):
-            continue
-    return found
+def _restore(owner, attr: str, original, own: bool) -> None:
+    """Put `original` back where it was; a name the owner only gave (inherited from a base class,
+    or a package's lazy name, `transformer_lab.padding_mask`) is removed again, so it keeps
+    following its source: a later check that switches the source off switches it off too."""
+    if own:
+        setattr(owner, attr, original)
+    else:
+        delattr(owner, attr)
 
 
 @contextlib.contextmanager
@@ -120,10 +115,16 @@ def forbid(dotted_names: tuple[str, ...], student_obj, exercise: str):
     originals: dict[int, Callable] = {}
     allowed = allowed_operations(dotted_names)
     try:
-        for dotted, owner, attr, original in _originals(dotted_names):
+        for dotted in dotted_names:
+            try:
+                owner, attr = resolve(dotted)
+                original = getattr(owner, attr)
+            except (ImportError, AttributeError):
+                continue
             stub = originals.setdefault(id(original), _stub(dotted, exercise, allowed))
+            own = attr in getattr(owner, "__dict__", {})
             setattr(owner, attr, stub)
-            undo.append(lambda o=owner, a=attr, v=original: setattr(o, a, v))
+            undo.append(lambda o=owner, a=attr, v=original, own=own: _restore(o, a, v, own))
         # Names the student bound directly: `from torch.nn.functional import scaled_dot_...`.
         for namespace in _namespaces(student_obj):
             for key, value in list(namespace.items()):

@@ -11,9 +11,10 @@
 --cost: per notebook, a class of --students copies of the solution graded (the student's process
 boxed by bubblewrap; then with --no-sandbox), side by side with the plain nbclient execution of the
 notebook (median of 3), per-run caches warm as in a class; prints the ratios. --first: an
-instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start (a fresh
-`transformer-lab` process's imports, measured apart) and the gradebook preparation included, and the reference timing where the course ships no times;
---measure-reference: paid as if it shipped none) against 3 plain nbclient runs. --hang:
+instructor's first grading (3 solved notebooks, --jobs 1, a fresh course copy: the start, i.e. a
+fresh `transformer-lab` process's imports, measured apart; the gradebook preparation; and the
+reference timing where the course ships no times; --measure-reference: paid as if it shipped
+none) against 3 plain nbclient runs. --hang:
 the cost of a hanging, a looping and a graded-function-looping student with the derived per-cell
 limits. --merge N: merging N synthetic records into the course gradebook, the record-by-record
 merge (tests/grading/test_merge.py's oracle) against the one-pass merge.

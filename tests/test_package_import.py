@@ -40,17 +40,32 @@ print(json.dumps(sorted(m for m in ("torch", "numpy", "matplotlib") if m in sys.
 """
 
 
-def _heavy_modules(module: str, shared: Path, autograder: Path = ROOT / "autograder") -> list:
-    """The heavy libraries a fresh interpreter has loaded after `import module`."""
+def _fresh(source: str, shared: Path):
+    """The JSON that `source` prints last in a fresh interpreter whose packages are `shared`'s
+    (and the grader's)."""
     done = subprocess.run(
-        [sys.executable, "-c", IMPORTS.format(module=module)],
-        env={"PYTHONPATH": f"{shared}:{autograder}", "PATH": "/usr/bin:/bin"},
+        [sys.executable, "-c", source],
+        env={"PYTHONPATH": f"{shared}:{ROOT / 'autograder'}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
     )
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def _package_copy(tmp_path: Path, file: str, edit) -> Path:
+    """A copy of the package with `edit` applied to the text of its `file` (a mutant); returns
+    the folder to put on the path."""
+    copy = tmp_path / "shared" / "transformer_lab"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / file).write_text(edit((copy / file).read_text()))
+    return copy.parent
+
+
+def _heavy_modules(module: str, shared: Path) -> list:
+    """The heavy libraries a fresh interpreter has loaded after `import module`."""
+    return _fresh(IMPORTS.format(module=module), shared)
 
 
 @pytest.mark.parametrize(
@@ -68,11 +83,8 @@ def test_the_package_and_the_command_line_start_without_torch(module):
     ],
 )
 def test_mutant_an_eager_import_brings_torch_back(tmp_path, file, eager):
-    copy = tmp_path / "shared" / "transformer_lab"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    with (copy / file).open("a") as f:
-        f.write(eager)
-    assert "torch" in _heavy_modules("transformer_lab", copy.parent)
+    shared = _package_copy(tmp_path, file, lambda text: text + eager)
+    assert "torch" in _heavy_modules("transformer_lab", shared)
 
 
 def test_every_offered_name_is_its_modules_own_object():
@@ -99,25 +111,14 @@ print(json.dumps(len(registry._LISTENERS)))
 """
 
 
-def _listeners(shared: Path) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", SAVES],
-        env={"PYTHONPATH": str(shared), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    return json.loads(done.stdout.splitlines()[-1])
-
-
 def test_a_check_imported_alone_still_saves_the_students_code(tmp_path):
-    assert _listeners(ROOT / "shared") == 1  # the student package's `_save_passing`
-    copy = tmp_path / "shared" / "transformer_lab"  # the mutant: `student` loaded lazily too
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    init = (copy / "__init__.py").read_text()
-    (copy / "__init__.py").write_text(init.replace("import registry, student", "import registry"))
-    assert _listeners(copy.parent) == 0
+    assert _fresh(SAVES, ROOT / "shared") == 1  # the student package's `_save_passing`
+    shared = _package_copy(  # the mutant: `student` loaded lazily too
+        tmp_path,
+        "__init__.py",
+        lambda text: text.replace("import registry, student", "import registry"),
+    )
+    assert _fresh(SAVES, shared) == 0
 
 
 @pytest.fixture

@@ -135,11 +135,15 @@ PACKAGES = ("shared/transformer_lab", "autograder/transformer_lab_grader")  # th
 
 # Caps in seconds: (GPU, dry run). The whole run keeps under --budget (default 470 s of the
 # 8 minutes the issue allows); a step gets min(its cap, what is left before the deadline).
+# The dry run's caps are for `make test`, where it shares CI's two cores with three test workers
+# (load up to ~20 while they grade): there a step of 5 CPU s that takes 2-15 s alone once overran
+# 120 s (stop 42's CI), so the side-by-side steps get 200 s, and a step stopped at its cap says
+# what its processes were doing (`_family`, and their stacks from `_kill`).
 CAPS = {
     "install": (60, 90),
-    "cuda_tests": (150, 120),
-    "checks": (150, 120),
-    "catalogue": (150, 120),
+    "cuda_tests": (150, 200),
+    "checks": (150, 200),
+    "catalogue": (150, 200),
     # The lectures run side by side, so the step lasts as long as the slowest. A lecture's full
     # mode is budgeted at 3 minutes of one CPU thread (COURSE_DESIGN.md), and some train on the
     # CPU by design even where there is a GPU: lecture 11's ViT and CNN report the CPU seconds of
@@ -274,6 +278,7 @@ class Run:
             "HF_HUB_OFFLINE": "1",
             "MPLBACKEND": "Agg",
             "TRANSFORMER_LAB_NO_PROGRESS": "1",
+            "PYTHONFAULTHANDLER": "1",  # a step stopped at its cap writes its stacks (`_kill`)
         }
         if self.quick:
             env["OMP_NUM_THREADS"] = "1"
@@ -307,11 +312,17 @@ class Run:
                 rc = proc.wait(timeout=timeout)
                 timed_out = False
             except subprocess.TimeoutExpired:
-                _kill(proc)
-                rc, timed_out = None, True
                 fh.write(f"\n[gpu_check] stopped after its cap of {timeout:.0f} s\n")
+                seen = _family(proc)
+                fh.write("".join(f"[gpu_check] {line}\n" for line in seen))
+                fh.flush()
+                _kill(proc, dump=True)
+                rc, timed_out = None, True
         self.logs[step] = log.read_text(errors="replace")
-        return {"rc": rc, "seconds": round(time.monotonic() - start, 1), "timed_out": timed_out}
+        result = {"rc": rc, "seconds": round(time.monotonic() - start, 1), "timed_out": timed_out}
+        if timed_out:
+            result["at_timeout"] = seen
+        return result
 
     def record(self, step: str, result: dict) -> None:
         with self.lock:
@@ -334,18 +345,58 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _family(proc: subprocess.Popen) -> list[str]:
+    """A step's processes as it overran its cap, one line each: was it stopped, starved of the
+    CPU (little CPU time in a long life), or busy? (Python's stacks follow, from `_kill`.)"""
+    import psutil
+
+    try:
+        root = psutil.Process(proc.pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return ["(the step's process was gone)"]
+    lines = []
+    for p in family:
+        try:
+            with p.oneshot():
+                cpu = p.cpu_times()
+                age = time.time() - p.create_time()
+                what = " ".join(p.cmdline())[-90:] or p.name()
+                lines.append(
+                    f"pid {p.pid} {p.status()}, {cpu.user + cpu.system:.1f} CPU s in {age:.0f} s"
+                    f" (user {cpu.user:.1f}, system {cpu.system:.1f}): {what}"
+                )
+        except psutil.Error:
+            continue
+    lines.append(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return lines
+
+
+def _kill(proc: subprocess.Popen, dump: bool = False) -> None:
     """Stop a step and everything it started: its process group, and every descendant that left
     it (a Jupyter kernel starts a session of its own, and would hold the GPU through the
-    benchmarks)."""
+    benchmarks). With `dump`, each Python process first writes every thread's stack into the
+    step's log (SIGABRT to faulthandler, which the step's PYTHONFAULTHANDLER turns on)."""
     import signal
 
     import psutil
 
     try:
-        family = psutil.Process(proc.pid).children(recursive=True)
+        root = psutil.Process(proc.pid)
+        family = root.children(recursive=True)
     except psutil.Error:
-        family = []
+        root, family = None, []
+    if dump and root is not None:
+        for p in [root, *family]:
+            try:
+                p.rlimit(psutil.RLIMIT_CORE, (0, 0))  # the stacks, not a core file
+                p.send_signal(signal.SIGABRT)
+            except (psutil.Error, OSError):
+                pass
+        try:
+            proc.wait(timeout=5)  # faulthandler writes, then the process aborts
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -362,6 +413,16 @@ def _status(call: dict, ok: bool) -> str:
     if call.get("timed_out"):
         return "timeout"
     return "passed" if ok and call.get("rc") == 0 else "failed"
+
+
+def _overran(call: dict, ok: bool, log: str) -> dict:
+    """A step's end of output when it did not pass; after its cap, longer (its stacks are there)
+    and with what its processes were doing (`_family`)."""
+    if ok and not call.get("timed_out"):
+        return {"tail": ""}
+    if not call.get("timed_out"):
+        return {"tail": _tail(log)}
+    return {"tail": _tail(log, 80), "at_timeout": call.get("at_timeout", [])}
 
 
 def _tail(text: str, n: int = 25) -> str:
@@ -504,7 +565,7 @@ def _pytest(run: Run, step: str, args: list[str]) -> dict:
         **counts,
         "failures": _junit_failures(xml),
         "skipped_because": _junit_skips(xml),
-        "tail": "" if ok else _tail(run.logs.get(step, "")),
+        **_overran(call, ok, run.logs.get(step, "")),
     }
 
 
@@ -597,7 +658,7 @@ def step_catalogue(run: Run) -> dict:
         "caught_and_named_as_on_cpu": len(rows) - len(bad) - len(known),
         "differences": bad[:40],
         "known_differences": known,
-        "tail": "" if ok else _tail(run.logs.get("catalogue", "")),
+        **_overran(call, ok, run.logs.get("catalogue", "")),
     }
 
 
@@ -855,7 +916,7 @@ def step_benchmarks(run: Run) -> dict:
         "status": "timeout" if skipped and not data.get("errors") else _status(call, ok),
         "seconds": call["seconds"],
         **data,
-        "tail": "" if ok else _tail(run.logs.get("benchmarks", "")),
+        **_overran(call, ok, run.logs.get("benchmarks", "")),
     }
 
 
@@ -1156,7 +1217,7 @@ def markdown(results: dict) -> str:
     if steps.get("lectures"):
         lines += ["", "## Lectures", "", "| lecture | seconds | status | results it states |"]
         lines.append("|---|---|---|---|")
-        for r in steps["lectures"]["lectures"]:
+        for r in steps["lectures"].get("lectures", []):
             said = "<br>".join(_md(s) for s in (r.get("results") or [])[-8:])
             status = "ok" if r.get("passed") else _md(f"FAILED: {r.get('error')}")[:300]
             lines.append(f"| {r['lecture']} | {r.get('seconds', '')} | {status} | {said} |")
@@ -1215,6 +1276,9 @@ def markdown(results: dict) -> str:
     if bench.get("errors"):
         lines += ["", "Benchmark errors:", ""] + [f"- {_md(e)}" for e in bench["errors"]]
     for step in STEP_ORDER:
+        if results["steps"].get(step, {}).get("at_timeout"):
+            lines += ["", f"## {step}: its processes at its cap", ""]
+            lines += [f"- {_md(line)}" for line in results["steps"][step]["at_timeout"]]
         tail = results["steps"].get(step, {}).get("tail")
         if tail:
             lines += ["", f"## {step}: end of its output", "", "```", tail, "```"]
@@ -1348,7 +1412,7 @@ def main(argv: list[str] | None = None) -> int:
         "--device", choices=("cuda", "cpu"), default=os.environ.get(DEVICE_ENV) or "cuda"
     )
     parser.add_argument(
-        "--budget", type=float, default=None, help="seconds for the whole run (470; dry run 240)"
+        "--budget", type=float, default=None, help="seconds for the whole run (470; dry run 330)"
     )
     parser.add_argument("--jobs", type=int, default=8, help="pytest-xdist workers (-n)")
     parser.add_argument(
@@ -1378,7 +1442,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    budget = args.budget or (240.0 if quick else 470.0)
+    budget = args.budget or (330.0 if quick else 470.0)
     run = Run(out, args.device, quick, budget, args.jobs, args.wheels)
     run.lecture_jobs = args.lecture_jobs
     start = time.monotonic()

@@ -44,7 +44,7 @@ def dry_run(tmp_path_factory):
         env=_env(GPU_CHECK_DEVICE="cpu"),
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=480,
         cwd=ROOT,
     )
     report = json.loads((out / "gpu_check.json").read_text())
@@ -54,7 +54,8 @@ def dry_run(tmp_path_factory):
 @pytest.mark.slow
 def test_the_dry_run_passes_every_step(dry_run):
     proc, report, md, out = dry_run
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # on failure, the report too: a step's end of output, and its processes if it overran
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + md[-8000:]
     assert report["overall"] == "passed" and report["quick"] and report["device"] == "cpu"
     assert list(report["steps"]) and set(report["steps"]) == set(gpu_check.STEP_ORDER)
     for name, step in report["steps"].items():
@@ -187,6 +188,49 @@ def test_a_step_over_its_cap_is_stopped_and_the_report_still_written(tmp_path):
     assert "| benchmarks | not run |" in md
     saved = json.loads((tmp_path / "gpu_check.json").read_text())
     assert saved["steps"]["lectures"]["status"] == "timeout"
+
+
+_HUNG_STEP = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"])
+def waiting_for_nothing():
+    time.sleep(60)
+waiting_for_nothing()
+"""
+
+
+def _overrun(tmp_path) -> tuple[dict, dict, str]:
+    run = gpu_check.Run(tmp_path, "cpu", True, budget=60, jobs=1)
+    call = run.call("checks", [sys.executable, "-c", _HUNG_STEP], timeout=4)
+    found = gpu_check._overran(call, False, run.logs["checks"])
+    return call, found, run.logs["checks"]
+
+
+def test_a_step_over_its_cap_says_what_its_processes_were_doing(tmp_path):
+    """Stopped, starved or stuck, and where: its processes' states and CPU time, and each Python
+    process's stack (the step's own PYTHONFAULTHANDLER, SIGABRT before the kill)."""
+    call, found, log = _overrun(tmp_path)
+    assert call["timed_out"] and found["at_timeout"] == call["at_timeout"]
+    lines = found["at_timeout"]
+    assert any("stopped" in line and "SIGSTOP" in line for line in lines), lines
+    assert any("sleeping" in line and "CPU s in" in line for line in lines), lines
+    assert lines[-1].startswith("load average")
+    assert "in waiting_for_nothing" in log and "in waiting_for_nothing" in found["tail"]
+    assert "stopped after its cap" in found["tail"]
+
+
+def test_mutant_kill_without_the_stacks_leaves_no_trace_of_where_it_hung(tmp_path, monkeypatch):
+    kill = gpu_check._kill
+    monkeypatch.setattr(gpu_check, "_kill", lambda proc, dump=False: kill(proc))
+    call, found, log = _overrun(tmp_path)
+    assert call["timed_out"] and found["at_timeout"]
+    assert "in waiting_for_nothing" not in log
+
+
+def test_a_step_that_passes_or_fails_in_time_has_no_process_list():
+    assert gpu_check._overran({"rc": 0, "timed_out": False}, True, "x\ny") == {"tail": ""}
+    failed = gpu_check._overran({"rc": 1, "timed_out": False}, False, "x\ny")
+    assert failed == {"tail": "x\ny"}
 
 
 def test_a_step_gets_no_more_than_what_is_left_of_the_budget(tmp_path):

@@ -103,6 +103,75 @@ def test_every_offered_name_is_its_modules_own_object():
         transformer_lab.GPT2  # noqa: B018
 
 
+def _for_editors(source: str) -> dict[str, str]:
+    """What `__init__`'s `if TYPE_CHECKING:` block imports, name -> module ("" for a submodule):
+    the names an editor's static analysis (Pylance, Jedi) sees, since the lazy ones exist only
+    through `__getattr__`."""
+    import ast
+
+    block = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+    )
+    names = {}
+    for node in block.body:
+        for alias in node.names:
+            names[alias.asname or alias.name] = node.module or ""
+    return names
+
+
+def _offered() -> dict[str, str]:
+    return {name: "" for name in transformer_lab._SUBMODULES} | transformer_lab._MODULE_OF
+
+
+def test_editors_are_told_every_name_the_package_offers_and_where_it_lives():
+    assert _for_editors((PACKAGE / "__init__.py").read_text()) == _offered()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda text: text.replace("        GPTConfig,\n", "", 1),  # a name left out
+        lambda text: text.replace(
+            "from .vit import ViT,", "from .gpt import ViT,", 1
+        ),  # wrong home
+    ],
+)
+def test_mutant_an_editors_list_that_differs_is_caught(edit):
+    source = (PACKAGE / "__init__.py").read_text()
+    assert edit(source) != source
+    assert _for_editors(edit(source)) != _offered()
+
+
+COMPLETES = """
+import json, sys
+import jedi
+completed = jedi.Script("import transformer_lab as tl\\ntl.GP").complete()
+found = jedi.Script("import transformer_lab as tl\\ntl.GPT").goto(2, 4, follow_imports=True)
+print(json.dumps([sorted(c.name for c in completed), [d.module_name for d in found]]))
+"""
+
+
+def _jedi_sees(shared: Path) -> tuple[list, list]:
+    pytest.importorskip("jedi")
+    return _fresh(COMPLETES, shared)
+
+
+def test_an_editor_completes_and_finds_the_lazy_names(tmp_path):
+    completed, found = _jedi_sees(ROOT / "shared")
+    assert {"GPT", "GPTBlock", "GPTConfig", "gpt"} <= set(completed)
+    assert found == ["transformer_lab.gpt"]  # go to definition: the class, in its module
+
+
+def test_mutant_without_the_editors_list_an_editor_sees_only_the_module(tmp_path):
+    shared = _package_copy(
+        tmp_path, "__init__.py", lambda text: text.replace("if TYPE_CHECKING:", "if False:")
+    )
+    completed, found = _jedi_sees(shared)
+    assert "GPT" not in completed and found != ["transformer_lab.gpt"]
+
+
 SAVES = """
 import json
 import transformer_lab.check

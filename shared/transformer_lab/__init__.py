@@ -14,6 +14,7 @@ any student code runs).
 """
 
 import importlib
+from typing import TYPE_CHECKING
 
 from . import registry, student  # noqa: F401 (student: saves every passing check; no torch)
 
@@ -89,6 +90,76 @@ _EXPORTS = {
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 _SUBMODULES = ("data", "train", "viz")  # offered as names too: ``from transformer_lab import viz``
+
+if TYPE_CHECKING:  # what editors read (Pylance, Jedi): the same names, imported for real
+    from . import data, train, viz
+    from .add_norm import EncoderBlock, FeedForward, LayerNorm, set_explicit
+    from .attention import SelfAttention, fused_attention, scaled_dot_product_attention
+    from .bart import (
+        BART,
+        BARTConfig,
+        document_rotation,
+        sentence_permutation,
+        shift_tokens_right,
+        span_corruption,
+        text_infilling,
+        token_deletion,
+        token_masking,
+    )
+    from .bert import (
+        BERT,
+        BertClassifier,
+        BERTConfig,
+        BertForPreTraining,
+        WordPieceTokenizer,
+        bert_mask_tokens,
+        load_minilm,
+        sentence_embedding,
+    )
+    from .clip import CLIP, CLIPConfig, clip_loss, zero_shot_classify
+    from .efficient import online_softmax, peak_memory, tiled_attention
+    from .encoder_decoder import (
+        DecoderBlock,
+        Parts,
+        Transformer,
+        TransformerConfig,
+        beam_search,
+        greedy_decode,
+        length_normalised_score,
+    )
+    from .gpt import (
+        GPT,
+        GPTBlock,
+        GPTClassifier,
+        GPTConfig,
+        finetune_loss,
+        lm_loss,
+        sample_next,
+        shift_targets,
+    )
+    from .masking import causal_mask, combine_masks, padding_mask
+    from .multihead import KVCache, MultiHeadAttention, merge_heads, split_heads
+    from .positional import (
+        LearnedPositionalEmbedding,
+        SinusoidalPositionalEncoding,
+        rotary_embedding,
+        sinusoidal_positional_encoding,
+    )
+    from .rnn import RNN, max_path_length, sequential_steps
+    from .scaling import (
+        GroupedQueryAttention,
+        LinformerSelfAttention,
+        PerformerSelfAttention,
+        bigbird_attention,
+        bigbird_mask,
+        kv_cache_bytes,
+        linformer_attention,
+        performer_attention,
+        positive_random_features,
+        repeat_kv,
+        sliding_window_mask,
+    )
+    from .vit import ViT, ViTConfig, patchify, unpatchify
 
 __version__ = "0.1.0"
 __all__ = [*_SUBMODULES, *_MODULE_OF]

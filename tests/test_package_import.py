@@ -172,6 +172,31 @@ def test_mutant_without_the_editors_list_an_editor_sees_only_the_module(tmp_path
     assert "GPT" not in completed and found != ["transformer_lab.gpt"]
 
 
+NOTEBOOK_COMPLETES = """
+import json
+from IPython.core.completer import provisionalcompleter
+from IPython.testing.globalipapp import get_ipython
+ip = get_ipython()
+ip.run_cell("import transformer_lab as tl")
+with provisionalcompleter():
+    print(json.dumps(sorted({c.text for c in ip.Completer.completions("tl.vi", 5)})))
+"""
+
+
+def test_a_notebook_completes_a_module_not_imported_yet():
+    """IPython's completer (JupyterLab's and Colab's) offers `tl.vit` after `tl.vi`, as it did
+    when `import transformer_lab` imported every module."""
+    assert {"vit", "viz"} <= set(_fresh(NOTEBOOK_COMPLETES, ROOT / "shared"))
+
+
+def test_mutant_a_dir_without_the_modules_offers_only_the_submodules(tmp_path):
+    shared = _package_copy(
+        tmp_path, "__init__.py", lambda text: text.replace(", *_EXPORTS})", "})", 1)
+    )
+    offered = _fresh(NOTEBOOK_COMPLETES, shared)
+    assert "viz" in offered and "vit" not in offered
+
+
 SAVES = """
 import json
 import transformer_lab.check

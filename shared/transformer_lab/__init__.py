@@ -182,7 +182,9 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """What a notebook's completer offers after ``tl.``: every name, and every module the names
+    come from, imported yet or not (``tl.vi`` offers ``vit`` as it did before the lazy names)."""
+    return sorted({*globals(), *__all__, *_EXPORTS})
 
 
 def load_all() -> None:

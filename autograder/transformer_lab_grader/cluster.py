@@ -40,6 +40,7 @@ import uuid
 from pathlib import Path
 
 from .cluster_worker import entry, identity
+from .course import autograded_dir
 from .grading import Grader
 from .records import validate_record
 from .submission import MAX_NOTEBOOK_BYTES
@@ -264,7 +265,7 @@ class ClusterGrader(Grader):
             self.graded_by[student] = reply["where"]
         with tempfile.TemporaryDirectory(prefix="tl-dask-back-") as tmp:
             job_course = Path(tmp) / "course"
-            dest = job_course / "autograder" / "work" / "autograded" / student / self.assignment
+            dest = autograded_dir(job_course, student, self.assignment)
             dest.mkdir(parents=True)
             for name, data in reply.get("autograded", {}).items():
                 if name in self.released:  # only the assignment's notebooks, by their names

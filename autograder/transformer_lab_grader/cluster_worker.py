@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from . import worker as job_worker
+from .course import autograded_dir
 from .grading import Grader
 from .run_setup import job_env
 
@@ -184,10 +185,10 @@ def grade_on_worker(shared: dict, task: dict) -> dict:
                 else:
                     os.environ[name] = value
         record = grader._grade(task["student"], folder, task["sha"])
-        done = course / "autograder" / "work" / "autograded" / task["student"]
+        done = autograded_dir(course, task["student"], shared["assignment"])
         autograded = {
             p.name: p.read_bytes()
-            for p in sorted((done / shared["assignment"]).glob("*.ipynb"))
+            for p in sorted(done.glob("*.ipynb"))
             if p.is_file() and not p.is_symlink()
         }
         return {"record": record, "autograded": autograded}

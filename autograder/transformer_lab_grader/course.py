@@ -64,6 +64,11 @@ def collected_dir(root: Path, assignment: str) -> Path:
     return Path(root) / "autograder" / "work" / "collected" / assignment
 
 
+def autograded_dir(root: Path, student: str, assignment: str) -> Path:
+    """Where nbgrader's autograde step leaves a student's graded notebooks (feedback reads them)."""
+    return Path(root) / "autograder" / "work" / "autograded" / student / assignment
+
+
 def exchange_root(root: Path) -> Path:
     """nbgrader's ``Exchange.root`` for the course: what its autograder/exchange_root.py (the one
     place it is set, which nbgrader_config.py uses too) says."""

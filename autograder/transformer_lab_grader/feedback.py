@@ -34,7 +34,7 @@ from pathlib import Path
 import nbformat
 
 from . import identities, manual, nbgrader_app
-from .course import require_lesson
+from .course import autograded_dir, require_lesson
 from .notebook_format import (
     HIDDEN_TESTS_BEGIN,
     HIDDEN_TESTS_END,
@@ -57,10 +57,6 @@ STYLE = (
 
 def feedback_dir(course: Path, student: str, assignment: str) -> Path:
     return Path(course) / "autograder" / "work" / "feedback" / student / assignment
-
-
-def autograded_dir(course: Path, student: str, assignment: str) -> Path:
-    return Path(course) / "autograder" / "work" / "autograded" / student / assignment
 
 
 # ----------------------------------------------------------------------------------------------

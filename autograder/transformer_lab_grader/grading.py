@@ -21,7 +21,7 @@ import nbformat
 
 from . import cell_limits, identities, sandbox, timing
 from . import worker as job_worker
-from .course import PACKAGE_REPO
+from .course import PACKAGE_REPO, autograded_dir
 from .notebook_format import graded_cells, released_notebooks
 from .records import (
     lesson_digest,
@@ -190,8 +190,7 @@ class Grader(RunSetup):
         record["lesson_sha256"] = lesson_digest(self.course, self.assignment)
         record.update(self.context.get(student, {}))
         if record["status"] != "graded":  # no stale autograded notebook for feedback
-            stale = self.course / "autograder" / "work" / "autograded" / student / self.assignment
-            shutil.rmtree(stale, ignore_errors=True)
+            shutil.rmtree(autograded_dir(self.course, student, self.assignment), ignore_errors=True)
         with self.lock:
             write_record(self.course, record)
             if self.out is not None and self.csv_due():
@@ -301,8 +300,8 @@ class Grader(RunSetup):
     def _keep_autograded(self, job_course: Path, student: str) -> None:
         """Copy the job's autograded notebooks into the course (for feedback), only if they
         parse as notebooks of sane size."""
-        src = job_course / "autograder" / "work" / "autograded" / student / self.assignment
-        dest = self.course / "autograder" / "work" / "autograded" / student / self.assignment
+        src = autograded_dir(job_course, student, self.assignment)
+        dest = autograded_dir(self.course, student, self.assignment)
         keep = {}
         for name in self.released:
             path = src / name

@@ -23,6 +23,7 @@ from pathlib import Path
 import nbformat
 
 from . import gradebook, nbgrader_app, sandbox
+from .course import autograded_dir
 from .failures import clean_failure
 from .notebook_format import nbgrader_meta
 from .records import OUTPUT_CHARS
@@ -70,8 +71,7 @@ def read_results(course: Path, spec: dict, report: dict) -> tuple[dict, dict, li
 
 
 def _autograded(course: Path, spec: dict, name: str) -> Path:
-    student, assignment = spec["student"], spec["assignment"]
-    return course / "autograder" / "work" / "autograded" / student / assignment / name
+    return autograded_dir(course, spec["student"], spec["assignment"]) / name
 
 
 # ----------------------------------------------------------------------------------------------

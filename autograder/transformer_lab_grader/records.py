@@ -361,8 +361,5 @@ def write_csv(
             row.append(f"{float(cell['score']):g}" if cell else "")
         writer.writerow(row + (more[1](r) if more else []))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(buffer.getvalue(), encoding="utf-8")
-    os.replace(tmp, out)
+    write_atomic(out, buffer.getvalue())
     return out

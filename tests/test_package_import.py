@@ -158,7 +158,7 @@ def _jedi_sees(shared: Path) -> tuple[list, list]:
     return _fresh(COMPLETES, shared)
 
 
-def test_an_editor_completes_and_finds_the_lazy_names(tmp_path):
+def test_an_editor_completes_and_finds_the_lazy_names():
     completed, found = _jedi_sees(ROOT / "shared")
     assert {"GPT", "GPTBlock", "GPTConfig", "gpt"} <= set(completed)
     assert found == ["transformer_lab.gpt"]  # go to definition: the class, in its module

@@ -66,6 +66,17 @@ def _timed(check_fn, impl, **kwargs):
         signal.alarm(0)
 
 
+def _describe(impl) -> tuple[str, str]:
+    """(name, first docstring line) of an implementation; a practice question's plain answer
+    (a dict, a number: it has no name or docstring of its own) is shown as its repr."""
+    name = getattr(impl, "__name__", None)
+    if name is None:
+        text = repr(impl)
+        return text[:60], text[:200]
+    doc = (impl.__doc__ or "").strip()
+    return name, doc.splitlines()[0] if doc else name
+
+
 def worker(lesson: str, held_out: str = "heldout") -> None:
     """In the subprocess: run lesson NN's implementations of the set, one JSON line each."""
     sys.path.insert(0, str(BENCHMARKS))
@@ -78,11 +89,11 @@ def worker(lesson: str, held_out: str = "heldout") -> None:
         check_fn = getattr(check, name)
         visible, message = _timed(check_fn, impl)
         hidden, hidden_message = _timed(check_fn, impl, thorough=True)
-        doc = (impl.__doc__ or "").strip().splitlines()[0] if impl.__doc__ else impl.__name__
+        label, doc = _describe(impl)
         row = dict(
             lesson=lesson,
             exercise=name,
-            impl=impl.__name__,
+            impl=label,
             right=right,
             doc=doc,
             visible=visible,

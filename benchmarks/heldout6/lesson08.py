@@ -329,7 +329,7 @@ def next_token_probs_float64(logits, temperature=1.0, top_k=None, top_p=None):
 
 
 def next_token_probs_p_one(logits, temperature=1.0, top_k=None, top_p=None):
-    """Wrong: no shortcut for top_p = 1, so rounding in the cumsum can drop the far tail."""
+    """Wrong: no shortcut for top_p = 1, so float rounding in the cumsum drops the far tail."""
     V = logits.shape[-1]
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=-1), V).to(logits.dtype)
@@ -341,8 +341,9 @@ def next_token_probs_p_one(logits, temperature=1.0, top_k=None, top_p=None):
         probs = torch.softmax(z, dim=-1)
         sp, order = torch.sort(probs, dim=-1, descending=True)
         keep_sorted = (torch.cumsum(sp, dim=-1) - sp) < top_p
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        z = z.masked_fill(~keep, float("-inf"))
+        sorted_z = torch.gather(z, -1, order)
+        smallest = sorted_z.masked_fill(~keep_sorted, float("inf")).min(dim=-1, keepdim=True).values
+        z = z.masked_fill(z < smallest, float("-inf"))
     return torch.softmax(z, dim=-1)
 
 

@@ -453,18 +453,9 @@ def learn_bpe_joined(word_counts, n_merges):
     return ["".join(pair) for pair in learn_bpe_right(word_counts, n_merges)]
 
 
-def learn_bpe_dict_collision(word_counts, n_merges):
-    """Wrong: rebuilds {merged: count} with `new[key] = c`, so words that merge alike lose counts."""
-    words = {tuple(w): c for w, c in word_counts.items()}
-    merges = []
-    for _ in range(n_merges):
-        counts = _pair_counts(words)
-        if not counts:
-            break
-        best = min(counts, key=lambda pair: (-counts[pair], pair))
-        merges.append(best)
-        words = {_merge_word(s, best): c for s, c in words.items()}
-    return merges
+def learn_bpe_one_short(word_counts, n_merges):
+    """Wrong: `for _ in range(1, n_merges)` learns one merge fewer than asked."""
+    return learn_bpe_right(word_counts, n_merges - 1) if n_merges > 0 else []
 
 
 def learn_bpe_count_once(word_counts, n_merges):
@@ -725,7 +716,7 @@ WRONG = {
         learn_bpe_right_to_left,
         learn_bpe_no_stop,
         learn_bpe_joined,
-        learn_bpe_dict_collision,
+        learn_bpe_one_short,
         learn_bpe_count_once,
         learn_bpe_unweighted,
     ],

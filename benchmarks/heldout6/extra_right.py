@@ -782,6 +782,298 @@ def zero_shot_manual(image_features, class_features, logit_scale):
     return e / e.sum(-1, keepdim=True)
 
 
+# ---------------------------------------------------------------- lesson 07
+
+from transformer_lab.add_norm import FeedForward as _CourseFFN  # noqa: E402
+from transformer_lab.add_norm import LayerNorm as _CourseLN  # noqa: E402
+from transformer_lab.multihead import MultiHeadAttention as _CourseMHA7  # noqa: E402
+
+
+class DecoderBlock_branches(nn.Module):
+    """Given constructor; explicit pre/post branches, dropout on each sublayer output."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = _CourseMHA7(d_model, n_heads, dropout=dropout)
+        self.cross_attn = _CourseMHA7(d_model, n_heads, dropout=dropout)
+        self.ffn = _CourseFFN(d_model, d_ff, "relu", dropout)
+        self.norm1 = _CourseLN(d_model)
+        self.norm2 = _CourseLN(d_model)
+        self.norm3 = _CourseLN(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        d = self.dropout
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + d(self.self_attn(h, context=h, mask=self_mask))
+            x = x + d(self.cross_attn(self.norm2(x), context=memory, mask=memory_mask))
+            return x + d(self.ffn(self.norm3(x)))
+        x = self.norm1(x + d(self.self_attn(x, mask=self_mask)))
+        x = self.norm2(x + d(self.cross_attn(x, context=memory, mask=memory_mask)))
+        return self.norm3(x + d(self.ffn(x)))
+
+
+class DecoderBlock_table(nn.Module):
+    """Given constructor; a table of (norm, sublayer) closures walked in order, no dropout."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = _CourseMHA7(d_model, n_heads, dropout=dropout)
+        self.cross_attn = _CourseMHA7(d_model, n_heads, dropout=dropout)
+        self.ffn = _CourseFFN(d_model, d_ff, "relu", dropout)
+        self.norm1 = _CourseLN(d_model)
+        self.norm2 = _CourseLN(d_model)
+        self.norm3 = _CourseLN(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        steps = [
+            (self.norm1, lambda h: self.self_attn(h, None, self_mask)),
+            (self.norm2, lambda h: self.cross_attn(h, memory, memory_mask)),
+            (self.norm3, self.ffn),
+        ]
+        for norm, f in steps:
+            x = x + f(norm(x)) if self.norm_first else norm(x + f(x))
+        return x
+
+
+@torch.no_grad()
+def greedy_decode_where(model, src, bos_id, eos_id, max_len):
+    """Bool `done` vector, torch.where to pad finished rows, cat each step."""
+    memory, src_mask = model.encode(src)
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = model.decode(ys, memory, src_mask)
+        nxt = logits[:, -1, :].argmax(dim=-1)
+        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done = done | (nxt == eos_id)
+        if bool(done.all()):
+            break
+    return ys
+
+
+@torch.no_grad()
+def greedy_decode_list(model, src, bos_id, eos_id, max_len):
+    """Keeps a Python list of columns, masked_fill for finished rows, while loop, stack at end."""
+    memory, src_mask = model.encode(src)
+    B = src.size(0)
+    cols = [torch.full((B,), bos_id, dtype=torch.long, device=src.device)]
+    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+    step = 0
+    while step < max_len and not finished.all():
+        ys = torch.stack(cols, dim=1)
+        last = model.decode(ys, memory, src_mask)[:, -1]
+        tok = torch.max(last, dim=-1).indices.masked_fill(finished, model.pad_id)
+        cols.append(tok)
+        finished = finished.logical_or(tok.eq(eos_id))
+        step += 1
+    return torch.stack(cols, dim=1)
+
+
+def label_smoothed_gather(logits, targets, eps=0.1, ignore_index=0):
+    """gather at clamped targets, mean of -log p over classes, masked mean by count."""
+    logp = torch.log_softmax(logits, dim=-1)
+    V = logits.shape[-1]
+    keep = targets != ignore_index
+    safe = torch.where(keep, targets, torch.zeros_like(targets))
+    nll = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    smooth = -logp.mean(dim=-1)
+    loss = (1 - eps) * nll + eps * smooth
+    return (loss * keep).sum() / keep.sum()
+
+
+def label_smoothed_select(logits, targets, eps=0.1, ignore_index=0):
+    """Selects the counted positions first (boolean indexing), builds q with one_hot, -sum q log p."""
+    V = logits.shape[-1]
+    keep = targets != ignore_index
+    lg = logits[keep]  # (N, V)
+    tg = targets[keep]
+    logp = lg - torch.logsumexp(lg, dim=-1, keepdim=True)
+    q = (1 - eps) * F.one_hot(tg.long(), V).to(logp.dtype) + eps / V
+    return -(q * logp).sum(-1).mean()
+
+
+def length_norm_div(log_probs, lengths, alpha):
+    """torch.div by pow of converted lengths."""
+    return torch.div(log_probs, torch.pow(lengths.to(log_probs.dtype), alpha))
+
+
+def length_norm_exp_log(log_probs, lengths, alpha):
+    """Multiplies by exp(-alpha * log|Y|) (same value; |Y| >= 1 so the log is finite)."""
+    L = torch.as_tensor(lengths).to(dtype=log_probs.dtype, device=log_probs.device)
+    return log_probs * torch.exp(-float(alpha) * torch.log(L))
+
+
+# ---------------------------------------------------------------- lesson 08
+
+
+def shift_targets_roll(idx, pad_id=None):
+    """torch.roll left by one, then overwrite the last column; masked_fill for pad (a new tensor)."""
+    t = torch.roll(idx, shifts=-1, dims=1).clone()
+    t[:, -1] = -100
+    if pad_id is not None:
+        t = t.masked_fill(t == pad_id, -100)
+    return t
+
+
+def shift_targets_cat(idx, pad_id=None):
+    """cat of idx[:, 1:] with a -100 column, torch.where for padding."""
+    col = torch.full((idx.shape[0], 1), -100, dtype=idx.dtype, device=idx.device)
+    t = torch.cat([idx[:, 1:], col], dim=1)
+    if pad_id is not None:
+        t = torch.where(t == pad_id, torch.full_like(t, -100), t)
+    return t
+
+
+def lm_loss_select(logits, targets):
+    """Selects the counted positions first, then log_softmax and indexing by arange."""
+    keep = targets != -100
+    lg = logits[keep]
+    tg = targets[keep]
+    logp = torch.log_softmax(lg, dim=-1)
+    return -logp[torch.arange(tg.shape[0], device=tg.device), tg].mean()
+
+
+def lm_loss_logsumexp(logits, targets):
+    """Manual log-softmax via logsumexp, clamp(min=0) for the gather, weighted sum / count."""
+    keep = (targets != -100).to(logits.dtype)
+    picked = logits.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    nll = torch.logsumexp(logits, dim=-1) - picked
+    return (nll * keep).sum() / keep.sum()
+
+
+def next_token_probs_threshold(logits, temperature=1.0, top_k=None, top_p=None):
+    """Threshold style: kth largest via topk(...).values[..., -1:], nucleus threshold = smallest
+    kept sorted logit; exclusive cumsum built by cat (same 'tokens before it hold < p' rule)."""
+    if temperature == 0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    z = logits / temperature
+    V = z.shape[-1]
+    if top_k is not None and top_k < V:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        sz, _ = torch.sort(z, dim=-1, descending=True)
+        sp = torch.softmax(sz, dim=-1)
+        before = torch.cat([torch.zeros_like(sp[..., :1]), sp.cumsum(-1)[..., :-1]], dim=-1)
+        kept = before < top_p
+        smallest = torch.where(kept, sz, torch.full_like(sz, float("inf"))).amin(-1, keepdim=True)
+        z = z.masked_fill(z < smallest, float("-inf"))
+    return torch.softmax(z, dim=-1)
+
+
+def next_token_probs_scatter(logits, temperature=1.0, top_k=None, top_p=None):
+    """Sort once, mask in sorted order (cumsum - probs < p), ties restored by a >= comparison,
+    scatter back; T = 0 via a max-equality one-hot using the first argmax."""
+    V = logits.shape[-1]
+    if temperature == 0:
+        out = torch.zeros_like(logits)
+        return out.scatter(-1, logits.argmax(-1, keepdim=True), 1.0)
+    z = logits / temperature
+    if top_k is not None and top_k < V:
+        vals, _ = z.sort(dim=-1, descending=True)
+        z = torch.where(z >= vals[..., top_k - 1:top_k], z, torch.tensor(float("-inf"), dtype=z.dtype))
+    if top_p is not None and top_p < 1.0:
+        vals, order = z.sort(dim=-1, descending=True)
+        probs = vals.softmax(-1)
+        keep_sorted = (probs.cumsum(-1) - probs) < top_p
+        last_kept = vals.masked_fill(~keep_sorted, float("inf")).min(-1, keepdim=True).values
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted) | (z >= last_kept)
+        z = z.masked_fill(~keep, float("-inf"))
+    return z.softmax(-1)
+
+
+def sample_next_inverse_cdf(logits, temperature=1.0, top_k=None, generator=None):
+    """Inverse-CDF sampling: one uniform per row from `generator`, searchsorted in the cumsum
+    (the same distribution as multinomial)."""
+    probs = next_token_probs_threshold(logits, temperature, top_k)
+    cdf = probs.cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=probs.dtype, device=probs.device)
+    u = u * cdf[..., -1:]
+    idx = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True)
+    return idx.squeeze(-1).clamp(max=probs.shape[-1] - 1).long()
+
+
+def sample_next_gumbel(logits, temperature=1.0, top_k=None, generator=None):
+    """Gumbel-max trick: argmax(log p + Gumbel noise), noise drawn from `generator`."""
+    probs = next_token_probs_scatter(logits, temperature, top_k)
+    u = torch.rand(probs.shape, generator=generator, dtype=torch.float64, device=probs.device)
+    u = u.clamp(min=1e-300)
+    gumbel = -torch.log(-torch.log(u))
+    return (probs.double().log() + gumbel).argmax(-1).to(torch.long)
+
+
+class KVCache_list:
+    """Keeps a list of chunks and concatenates on every append."""
+
+    def __init__(self):
+        self.ks, self.vs = [], []
+
+    def __len__(self):
+        return sum(k.shape[-2] for k in self.ks)
+
+    def append(self, k, v):
+        self.ks.append(k)
+        self.vs.append(v)
+        return torch.cat(self.ks, dim=-2), torch.cat(self.vs, dim=-2)
+
+
+class KVCache_buffer:
+    """Preallocated buffer with doubling capacity; append returns views of the filled part."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.n = 0
+
+    def __len__(self):
+        return self.n
+
+    def append(self, k, v):
+        n_new = k.shape[-2]
+        if self.k is None:
+            cap = max(16, n_new)
+            self.k = k.new_empty(*k.shape[:-2], cap, k.shape[-1])
+            self.v = v.new_empty(*v.shape[:-2], cap, v.shape[-1])
+        elif self.n + n_new > self.k.shape[-2]:
+            cap = max(2 * self.k.shape[-2], self.n + n_new)
+            k2 = k.new_empty(*k.shape[:-2], cap, k.shape[-1])
+            v2 = v.new_empty(*v.shape[:-2], cap, v.shape[-1])
+            k2[..., : self.n, :] = self.k[..., : self.n, :]
+            v2[..., : self.n, :] = self.v[..., : self.n, :]
+            self.k, self.v = k2, v2
+        self.k[..., self.n:self.n + n_new, :] = k
+        self.v[..., self.n:self.n + n_new, :] = v
+        self.n += n_new
+        return self.k[..., : self.n, :], self.v[..., : self.n, :]
+
+
+def training_flops_by_identity(model, batch_size, block_size, n_steps):
+    """Excludes the parameters of modules named wte/wpe by identity (tied weights counted once)."""
+    skip = set()
+    for name, mod in model.named_modules():
+        if name.split(".")[-1] in ("wte", "wpe"):
+            skip.update(id(p) for p in mod.parameters())
+    N = sum(p.numel() for p in model.parameters() if id(p) not in skip)
+    return 6 * N * batch_size * block_size * n_steps
+
+
+def training_flops_names(model, batch_size, block_size, n_steps):
+    """named_parameters (deduplicated by PyTorch), name parts checked; float arithmetic -> int."""
+    N = 0
+    for name, p in model.named_parameters():
+        parts = name.split(".")
+        if "wte" in parts or "wpe" in parts:
+            continue
+        N += p.numel()
+    D = batch_size * block_size * n_steps
+    return int(6.0 * N * D)
+
+
 RIGHT3 = {
     "scaled_dot_product_attention": [sdpa_einsum_where, sdpa_scale_q_first, sdpa_bmm_flat],
     "SelfAttention": [SelfAttention_fused_call, SelfAttention_functional_linear],
@@ -815,6 +1107,17 @@ RIGHT3 = {
     "positive_random_features": [prf_matmul, prf_log_space, prf_linalg],
     "clip_loss": [clip_loss_functional, clip_loss_logsumexp, clip_loss_nll],
     "zero_shot_classify": [zero_shot_functional, zero_shot_manual],
+    "DecoderBlock": [DecoderBlock_branches, DecoderBlock_table],
+    "greedy_decode": [greedy_decode_where, greedy_decode_list],
+    "label_smoothed_loss": [label_smoothed_gather, label_smoothed_select],
+    "length_normalised_score": [length_norm_div, length_norm_exp_log],
+    "shift_targets": [shift_targets_roll, shift_targets_cat],
+    "lm_loss": [lm_loss_select, lm_loss_logsumexp],
+    "next_token_probs": [next_token_probs_threshold, next_token_probs_scatter],
+    "sample_next": [sample_next_inverse_cdf, sample_next_gumbel],
+    "KVCache": [KVCache_list, KVCache_buffer],
+    "training_flops": [training_flops_by_identity, training_flops_names],
+    "practice_transformers": ["C", "c"],
 }
 
 REJECTED = {

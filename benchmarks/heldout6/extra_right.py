@@ -1074,6 +1074,329 @@ def training_flops_names(model, batch_size, block_size, n_steps):
     return int(6.0 * N * D)
 
 
+# ---------------------------------------------------------------- lesson 09
+
+
+def bert_mask_bernoulli(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """torch.bernoulli for the choice, one categorical draw (multinomial 0.8/0.1/0.1) per position."""
+    dev = tokens.device
+    probs = torch.full(tokens.shape, float(p), device=dev)
+    chosen = torch.bernoulli(probs, generator=generator).bool()
+    if special_ids is not None:
+        sp = torch.as_tensor(list(special_ids), dtype=tokens.dtype, device=dev)
+        chosen &= ~torch.isin(tokens, sp)
+    n = tokens.numel()
+    cat = torch.multinomial(
+        torch.tensor([0.8, 0.1, 0.1], device=dev), max(n, 1), replacement=True, generator=generator
+    )[:n].reshape(tokens.shape)
+    rand_ids = torch.randint(0, vocab_size, tokens.shape, generator=generator, device=dev, dtype=tokens.dtype)
+    inputs = tokens.clone()
+    inputs = torch.where(chosen & (cat == 0), torch.full_like(tokens, mask_id), inputs)
+    inputs = torch.where(chosen & (cat == 1), rand_ids, inputs)
+    labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
+    return inputs, labels
+
+
+def bert_mask_indexing(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Boolean indexing; random ids drawn only for the 'random' group (fewer draws, same law)."""
+    inputs = tokens.detach().clone()
+    labels = torch.full_like(tokens, -100)
+    u1 = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    chosen = u1 < p
+    if special_ids:
+        for sid in special_ids:
+            chosen = chosen & (tokens != sid)
+    labels[chosen] = tokens[chosen]
+    u2 = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    to_mask = chosen & (u2 < 0.8)
+    to_rand = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    inputs[to_mask] = mask_id
+    n_rand = int(to_rand.sum())
+    inputs[to_rand] = torch.randint(
+        vocab_size, (n_rand,), generator=generator, device=tokens.device, dtype=tokens.dtype
+    )
+    return inputs, labels
+
+
+def wordpiece_recursive(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    """Recursive longest-prefix match; the prefix flag passed down."""
+    if len(word) > max_chars_per_word:
+        return [unk_token]
+
+    def cut(rest, first):
+        if not rest:
+            return []
+        for end in range(len(rest), 0, -1):
+            piece = rest[:end] if first else "##" + rest[:end]
+            if piece in vocab:
+                tail = cut(rest[end:], False)
+                return None if tail is None else [piece] + tail
+        return None
+
+    out = cut(word, True)
+    return [unk_token] if out is None else out
+
+
+def wordpiece_candidates(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    """Builds the candidate list per start and takes the first found (longest) with next()."""
+    if len(word) > max_chars_per_word:
+        return [unk_token]
+    pieces, start = [], 0
+    while start < len(word):
+        cands = ((("##" if start else "") + word[start:e], e) for e in range(len(word), start, -1))
+        hit = next(((c, e) for c, e in cands if c in vocab), None)
+        if hit is None:
+            return [unk_token]
+        pieces.append(hit[0])
+        start = hit[1]
+    return pieces
+
+
+def learn_bpe_sorted_max(word_counts, n_merges):
+    """Pairs sorted ascending, then max() by count: the first maximum is the smallest pair."""
+    words = {tuple(w): c for w, c in word_counts.items()}
+    merges = []
+    for _ in range(n_merges):
+        counts = {}
+        for sym, c in words.items():
+            for pair in zip(sym, sym[1:]):
+                counts[pair] = counts.get(pair, 0) + c
+        if not counts:
+            break
+        best = max(sorted(counts), key=lambda pr: counts[pr])
+        merges.append(best)
+        new = {}
+        for sym, c in words.items():
+            out, i = [], 0
+            while i < len(sym):
+                if i + 1 < len(sym) and (sym[i], sym[i + 1]) == best:
+                    out.append(sym[i] + sym[i + 1])
+                    i += 2
+                else:
+                    out.append(sym[i])
+                    i += 1
+            key = tuple(out)
+            new[key] = new.get(key, 0) + c
+        words = new
+    return merges
+
+
+def learn_bpe_lists(word_counts, n_merges):
+    """Lists of symbols merged in place, Counter for pairs, tie rule via min((-n, pair))."""
+    from collections import Counter
+
+    corpus = [[list(w), c] for w, c in word_counts.items()]
+    merges = []
+    while len(merges) < n_merges:
+        counts = Counter()
+        for sym, c in corpus:
+            for i in range(len(sym) - 1):
+                counts[(sym[i], sym[i + 1])] += c
+        if not counts:
+            break
+        _, best = min((-n, pair) for pair, n in counts.items())
+        merges.append(tuple(best))
+        a, b = best
+        for entry in corpus:
+            sym = entry[0]
+            i = 0
+            while i < len(sym) - 1:
+                if sym[i] == a and sym[i + 1] == b:
+                    sym[i:i + 2] = [a + b]
+                i += 1
+    return merges
+
+
+def bpe_encode_loop(word, ranks):
+    """While loop: find the min-rank pair with min(), merge all its occurrences left to right."""
+    sym = list(word)
+    while len(sym) > 1:
+        ranked = [(ranks[pr], pr) for pr in zip(sym, sym[1:]) if pr in ranks]
+        if not ranked:
+            break
+        best = min(ranked, key=lambda t: t[0])[1]
+        out, i = [], 0
+        while i < len(sym):
+            if i + 1 < len(sym) and (sym[i], sym[i + 1]) == best:
+                out.append(sym[i] + sym[i + 1])
+                i += 2
+            else:
+                out.append(sym[i])
+                i += 1
+        sym = out
+    return sym
+
+
+def bpe_encode_sorted_ranks(word, ranks):
+    """Scans the merges in rank order and applies the first one present, then restarts the scan
+    after every merge (so always the lowest-rank adjacent pair)."""
+    sym = list(word)
+    order = sorted(ranks, key=ranks.get)
+    changed = True
+    while changed:
+        changed = False
+        present = set(zip(sym, sym[1:]))
+        for pair in order:
+            if pair in present:
+                a, b = pair
+                out, i = [], 0
+                while i < len(sym):
+                    if i < len(sym) - 1 and sym[i] == a and sym[i + 1] == b:
+                        out.append(a + b)
+                        i += 2
+                    else:
+                        out.append(sym[i])
+                        i += 1
+                sym, changed = out, True
+                break
+    return sym
+
+
+def mean_pool_einsum(hidden, attention_mask, normalize=True):
+    """einsum with the mask in hidden's dtype; manual normalisation."""
+    m = attention_mask.to(hidden.dtype)
+    s = torch.einsum("bld,bl->bd", hidden, m)
+    mean = s / m.sum(dim=1, keepdim=True)
+    if normalize:
+        mean = mean / mean.norm(dim=-1, keepdim=True)
+    return mean
+
+
+def mean_pool_masked_fill(hidden, attention_mask, normalize=True):
+    """masked_fill of the padding with 0, sum / count, F.normalize."""
+    keep = attention_mask.bool()
+    summed = hidden.masked_fill(~keep[..., None], 0.0).sum(1)
+    mean = summed / keep.sum(1, keepdim=True).to(hidden.dtype)
+    return F.normalize(mean, dim=-1) if normalize else mean
+
+
+# ---------------------------------------------------------------- lesson 10
+
+
+def _poisson_knuth(lam, generator, device):
+    """One Poisson(lam) draw by Knuth's product-of-uniforms method (uniforms from generator)."""
+    limit = math.exp(-lam)
+    k, prod = 0, 1.0
+    while True:
+        prod *= float(torch.rand((), generator=generator, dtype=torch.float64, device=device))
+        if prod <= limit:
+            return k
+        k += 1
+
+
+def text_infilling_knuth(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """Poisson lengths by Knuth's method (same law), gaps by argsort of uniforms (a uniformly
+    random injective assignment), output assembled in a Python list."""
+    L = tokens.shape[0]
+    n_mask = round(p * L)
+    if n_mask == 0:
+        return tokens.clone()
+    lengths, total = [], 0
+    while total < n_mask:
+        k = _poisson_knuth(lam, generator, "cpu")
+        k = min(k, n_mask - total)
+        lengths.append(k)
+        total += k
+    n_gaps = L - n_mask + 1
+    while len(lengths) > n_gaps:
+        extra = lengths.pop()
+        lengths[-1] += extra
+    order = torch.argsort(torch.rand(n_gaps, generator=generator))[: len(lengths)].tolist()
+    span_at = dict(zip(order, lengths))
+    out, i = [], 0
+    vals = tokens.tolist()
+    for gap in range(n_gaps):
+        if gap in span_at:
+            out.append(mask_id)
+            i += span_at[gap]
+        if i < L:
+            out.append(vals[i])
+            i += 1
+    return torch.tensor(out, dtype=tokens.dtype, device=tokens.device)
+
+
+def text_infilling_batched_poisson(tokens, mask_id, p=0.3, lam=3.0, generator=None):
+    """torch.poisson in blocks of draws (kept in order, same law), randperm gaps, tensor masks."""
+    L = tokens.numel()
+    n_mask = int(round(p * L))
+    if n_mask == 0:
+        return tokens.clone()
+    lengths = []
+    total = 0
+    while total < n_mask:
+        draws = torch.poisson(torch.full((8,), float(lam)), generator=generator).long().tolist()
+        for k in draws:
+            if total >= n_mask:
+                break
+            k = min(k, n_mask - total)
+            lengths.append(k)
+            total += k
+    n_keep = L - n_mask
+    n_gaps = n_keep + 1
+    if len(lengths) > n_gaps:
+        lengths = lengths[: n_gaps - 1] + [sum(lengths[n_gaps - 1:])]
+    gaps = torch.randperm(n_gaps, generator=generator)[: len(lengths)]
+    gap_len = [-1] * n_gaps
+    for g_, k in zip(gaps.tolist(), lengths):
+        gap_len[g_] = k
+    pieces = []
+    pos = 0
+    for g_ in range(n_gaps):
+        if gap_len[g_] >= 0:
+            pieces.append(torch.tensor([mask_id], dtype=tokens.dtype, device=tokens.device))
+            pos += gap_len[g_]
+        if g_ < n_keep:
+            pieces.append(tokens[pos:pos + 1])
+            pos += 1
+    return torch.cat(pieces)
+
+
+def sentence_permutation_argsort(tokens, eos_id, generator=None):
+    """Uniform permutation by argsort of uniforms (same law as randperm); tensor_split at bounds."""
+    ends = (tokens == eos_id).nonzero().flatten() + 1
+    n = ends.numel()
+    if n == 0:
+        return tokens.clone()
+    parts = list(torch.tensor_split(tokens, ends.tolist()))
+    sentences, rest = parts[:n], parts[n]
+    perm = torch.argsort(torch.rand(n, generator=generator, dtype=torch.float64))
+    return torch.cat([sentences[i] for i in perm.tolist()] + [rest])
+
+
+def sentence_permutation_index(tokens, eos_id, generator=None):
+    """randperm as the text says; builds one gather index instead of concatenating pieces."""
+    vals = tokens.tolist()
+    bounds, start = [], 0
+    for i, t in enumerate(vals):
+        if t == eos_id:
+            bounds.append((start, i + 1))
+            start = i + 1
+    if not bounds:
+        return tokens.clone()
+    perm = torch.randperm(len(bounds), generator=generator).tolist()
+    index = [j for s in perm for j in range(*bounds[s])] + list(range(start, len(vals)))
+    return tokens[torch.tensor(index, dtype=torch.long, device=tokens.device)]
+
+
+def document_rotation_roll(tokens, generator=None):
+    """torch.roll by -k, k from torch.randint with the generator (global RNG when None)."""
+    L = tokens.shape[0]
+    if L == 0:
+        return tokens.clone()
+    k = int(torch.randint(0, L, (1,), generator=generator))
+    return torch.roll(tokens, -k)
+
+
+def document_rotation_modindex(tokens, generator=None):
+    """k = floor(u * L) from a float64 uniform (same law), index (arange + k) % L."""
+    L = tokens.numel()
+    if L == 0:
+        return tokens[:0].clone()
+    u = torch.rand((), generator=generator, dtype=torch.float64)
+    k = min(int(u.item() * L), L - 1)
+    return tokens[(torch.arange(L, device=tokens.device) + k) % L]
+
+
 RIGHT3 = {
     "scaled_dot_product_attention": [sdpa_einsum_where, sdpa_scale_q_first, sdpa_bmm_flat],
     "SelfAttention": [SelfAttention_fused_call, SelfAttention_functional_linear],
@@ -1118,6 +1441,14 @@ RIGHT3 = {
     "KVCache": [KVCache_list, KVCache_buffer],
     "training_flops": [training_flops_by_identity, training_flops_names],
     "practice_transformers": ["C", "c"],
+    "bert_mask_tokens": [bert_mask_bernoulli, bert_mask_indexing],
+    "wordpiece_tokenize": [wordpiece_recursive, wordpiece_candidates],
+    "learn_bpe": [learn_bpe_sorted_max, learn_bpe_lists],
+    "bpe_encode": [bpe_encode_loop, bpe_encode_sorted_ranks],
+    "mean_pool": [mean_pool_einsum, mean_pool_masked_fill],
+    "text_infilling": [text_infilling_knuth, text_infilling_batched_poisson],
+    "sentence_permutation": [sentence_permutation_argsort, sentence_permutation_index],
+    "document_rotation": [document_rotation_roll, document_rotation_modindex],
 }
 
 REJECTED = {

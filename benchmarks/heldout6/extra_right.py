@@ -1397,6 +1397,85 @@ def document_rotation_modindex(tokens, generator=None):
     return tokens[(torch.arange(L, device=tokens.device) + k) % L]
 
 
+# ---------------------------------------------------------------- lesson 01
+
+
+class RNN_stack(nn.Module):
+    """Projects all inputs at once (w_xh on the whole sequence), loops over x.unbind(1), stack."""
+
+    def __init__(self, d_in, d_hidden):
+        super().__init__()
+        self.d_in, self.d_hidden = d_in, d_hidden
+        self.w_xh = nn.Linear(d_in, d_hidden)
+        self.w_hh = nn.Linear(d_hidden, d_hidden)
+
+    def forward(self, x, h0=None):
+        xs = self.w_xh(x)
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0
+        outs = []
+        for xt in xs.unbind(dim=1):
+            h = torch.tanh(xt + self.w_hh(h))
+            outs.append(h)
+        return torch.stack(outs, dim=1), h
+
+
+class RNN_functional(nn.Module):
+    """F.linear with explicit weights, range loop with x[:, t], torch.cat of unsqueezed states."""
+
+    def __init__(self, d_in, d_hidden):
+        super().__init__()
+        self.d_in, self.d_hidden = d_in, d_hidden
+        self.w_xh = nn.Linear(d_in, d_hidden)
+        self.w_hh = nn.Linear(d_hidden, d_hidden)
+
+    def forward(self, x, h0=None):
+        B, L, _ = x.shape
+        h = h0 if h0 is not None else torch.zeros(B, self.d_hidden, dtype=x.dtype, device=x.device)
+        outs = []
+        for t in range(L):
+            pre = F.linear(x[:, t], self.w_xh.weight, self.w_xh.bias)
+            pre = pre + h @ self.w_hh.weight.T + self.w_hh.bias
+            h = pre.tanh()
+            outs.append(h.unsqueeze(1))
+        return torch.cat(outs, dim=1), h
+
+
+def sequential_steps_dict(kind, n, kernel_size=3):
+    """Dispatch through a dict of lambdas; integer ceiling by negative floor division."""
+    table = {
+        "rnn": lambda: n,
+        "conv": lambda: max(1, -(-(n - 1) // (kernel_size - 1))),
+        "attention": lambda: 1,
+    }
+    if kind not in table:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {sorted(table)}")
+    return int(table[kind]())
+
+
+def sequential_steps_match(kind, n, kernel_size=3):
+    """match statement, math.ceil on a float, explicit single-token case."""
+    match kind:
+        case "rnn":
+            return int(n)
+        case "conv":
+            if n <= 1:
+                return 1
+            return max(1, math.ceil((n - 1) / (kernel_size - 1)))
+        case "attention":
+            return 1
+        case _:
+            raise ValueError("kind must be 'rnn', 'conv' or 'attention', not " + repr(kind))
+
+
+_john_words = "John, the artist who has painted many murals in Vienna, is visiting New York this summer.".split()
+practice_john_computed = {
+    "answer": "B",
+    "rnn_steps": _john_words.index("visiting") - _john_words.index("John,"),
+    "attention_layers": 1,
+}
+practice_john_lower = {"attention_layers": 1, "rnn_steps": 11, "answer": "b"}
+
+
 RIGHT3 = {
     "scaled_dot_product_attention": [sdpa_einsum_where, sdpa_scale_q_first, sdpa_bmm_flat],
     "SelfAttention": [SelfAttention_fused_call, SelfAttention_functional_linear],
@@ -1449,6 +1528,11 @@ RIGHT3 = {
     "text_infilling": [text_infilling_knuth, text_infilling_batched_poisson],
     "sentence_permutation": [sentence_permutation_argsort, sentence_permutation_index],
     "document_rotation": [document_rotation_roll, document_rotation_modindex],
+    "RNN": [RNN_stack, RNN_functional],
+    "sequential_steps": [sequential_steps_dict, sequential_steps_match],
+    "practice_john": [practice_john_computed, practice_john_lower],
+    "practice_drop_in": ["ACE", "ECA", "ace"],
+    "practice_lstm": ["B", "b"],
 }
 
 REJECTED = {

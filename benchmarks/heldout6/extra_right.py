@@ -1655,13 +1655,96 @@ def sentence_permutation_alias_none(tokens, eos_id, generator=None):
     return torch.cat([bounds[i] for i in perm.tolist()] + [tokens[start:]])
 
 
+
+class MultiHeadAttention_no_weights(nn.Module):
+    """Never stores the weights (text: "store the weights in self.last_weights if you like");
+    fused single matmul for q/k/v by concatenating the three Linear weights at call time."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        assert d_model % n_heads == 0
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.last_weights = None
+
+    def forward(self, x, context=None, mask=None):
+        h = self.n_heads
+        if context is None:
+            W = torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight], 0)
+            b = None
+            if self.w_q.bias is not None:
+                b = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias], 0)
+            q, k, v = F.linear(x, W, b).chunk(3, dim=-1)
+        else:
+            q, k, v = self.w_q(x), self.w_k(context), self.w_v(context)
+        q, k, v = (split_heads_chunk_stack(t, h) for t in (q, k, v))
+        out, _ = sdpa_bmm_flat(q, k, v, mask)
+        return self.w_o(merge_heads_permute_flatten(out))
+
+
+class KVCache_module(nn.Module):
+    """KVCache as an nn.Module (no parameters), storing None until the first append."""
+
+    def __init__(self):
+        super().__init__()
+        self.keys = None
+        self.values = None
+
+    def __len__(self):
+        return 0 if self.keys is None else self.keys.size(-2)
+
+    def append(self, k, v):
+        if self.keys is None:
+            self.keys, self.values = k, v
+        else:
+            self.keys = torch.cat((self.keys, k), dim=-2)
+            self.values = torch.cat((self.values, v), dim=-2)
+        return self.keys, self.values
+
+
+import numpy as _np  # noqa: E402
+
+alpha_22_numpy = _np.float64(0.5)  # a NumPy number
+alpha_22_tensor = torch.tensor(0.5, dtype=torch.float64)  # a 0-d tensor from a torch computation
+
+# FINDING. Text (lesson 03, practice): "Compute the weights (by hand or with `torch`) ... The
+# weights need two decimals; a tensor of two numbers is fine too." A NumPy array of two numbers
+# (np.exp(...) / np.exp(...).sum()) is two numbers; a tuple of np.float64, a list and a tensor pass.
+practice_thinking_ndarray = {
+    "answer": "C",
+    "weights": _np.exp(_np.array([112.0, 96.0]) / 8) / _np.exp(_np.array([112.0, 96.0]) / 8).sum(),
+}
+
+# FINDING. Text (lesson 01, practice 5.1): "How many applications of the recurrence take the hidden
+# state that has just read "John," to the one that has read "visiting"? And how many
+# self-attention layers connect the two words? You may compute the count with code." Counts
+# computed with NumPy or torch come back as np.int64 / a 0-d integer tensor; 11.0 is also the
+# whole number 11. The check's message says "should be a whole number" for each.
+_john_np = _np.array(_john_words)
+practice_john_np_int = {
+    "answer": "B",
+    "rnn_steps": _np.flatnonzero(_john_np == "visiting")[0] - _np.flatnonzero(_john_np == "John,")[0],
+    "attention_layers": 1,
+}
+practice_john_np_attention = {"answer": "B", "rnn_steps": 11, "attention_layers": _np.int64(1)}
+practice_john_tensor = {"answer": "B", "rnn_steps": torch.tensor(11), "attention_layers": 1}
+practice_john_float = {"answer": "B", "rnn_steps": 11.0, "attention_layers": 1}
+
+
 RIGHT3 = {
     "scaled_dot_product_attention": [sdpa_einsum_where, sdpa_scale_q_first, sdpa_bmm_flat],
     "SelfAttention": [SelfAttention_fused_call, SelfAttention_functional_linear],
     "practice_thinking": [practice_thinking_tensor, practice_thinking_lower],
     "split_heads": [split_heads_unflatten_permute, split_heads_chunk_stack, split_heads_einops_like],
     "merge_heads": [merge_heads_cat, merge_heads_permute_flatten, merge_heads_einsum_eye],
-    "MultiHeadAttention": [MultiHeadAttention_einsum, MultiHeadAttention_loop],
+    "MultiHeadAttention": [
+        MultiHeadAttention_einsum,
+        MultiHeadAttention_loop,
+        MultiHeadAttention_no_weights,
+    ],
     "sinusoidal_positional_encoding": [
         sinusoidal_loop_python,
         sinusoidal_exp_log_outer,
@@ -1676,7 +1759,7 @@ RIGHT3 = {
     "FeedForward": [FeedForward_sequential, FeedForward_functional],
     "EncoderBlock": [EncoderBlock_branches, EncoderBlock_sublayer_list],
     "causal_mask": [causal_mask_arange, causal_mask_triu_not, causal_mask_tril_indices],
-    "alpha_22": [alpha_22_fraction, alpha_22_expratio],
+    "alpha_22": [alpha_22_fraction, alpha_22_expratio, alpha_22_numpy, alpha_22_tensor],
     "padding_mask": [padding_mask_ne, padding_mask_index, padding_mask_where],
     "patchify": [patchify_view_permute, patchify_tensor_unfold, patchify_loop],
     "ViTEmbedding": [ViTEmbedding_cat, ViTEmbedding_split_positions],
@@ -1700,7 +1783,7 @@ RIGHT3 = {
         next_token_probs_keep_top,
     ],
     "sample_next": [sample_next_inverse_cdf, sample_next_gumbel],
-    "KVCache": [KVCache_list, KVCache_buffer],
+    "KVCache": [KVCache_list, KVCache_buffer, KVCache_module],
     "training_flops": [training_flops_by_identity, training_flops_names, training_flops_float],
     "practice_transformers": ["C", "c"],
     "bert_mask_tokens": [bert_mask_bernoulli, bert_mask_indexing],
@@ -1762,4 +1845,16 @@ REJECTED = {
     # [[3.0, 1.0, 1.0, 1.0, 0.0, -2.0], [2.0, -1.0, 2.0, 0.0, 2.0, 1.0], [0.5, -0.5, 0.5, -1.5,
     # -0.5, 0.0]] (tied maxima), temperature=0.0, top_k=None) (float64 on cpu)"
     "next_token_probs": [next_token_probs_last_argmax],
+    # visible and thorough: 'practice_thinking: "weights" should be two numbers, the weights on v1
+    # and v2, got array([0.88079708, 0.11920292])'
+    "practice_thinking": [practice_thinking_ndarray],
+    # visible and thorough: "practice_john: rnn_steps should be a whole number, got np.int64(11)";
+    # "... attention_layers should be a whole number, got np.int64(1)"; "... rnn_steps should be a
+    # whole number, got tensor(11)"; "... rnn_steps should be a whole number, got 11.0"
+    "practice_john": [
+        practice_john_np_int,
+        practice_john_np_attention,
+        practice_john_tensor,
+        practice_john_float,
+    ],
 }

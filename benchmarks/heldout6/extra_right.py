@@ -1734,6 +1734,34 @@ practice_john_tensor = {"answer": "B", "rnn_steps": torch.tensor(11), "attention
 practice_john_float = {"answer": "B", "rnn_steps": 11.0, "attention_layers": 1}
 
 
+
+def kv_cache_bytes_numpy(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+    """np.prod in int64 (an integer count; the check accepts it)."""
+    n_kv = n_heads if n_kv_heads is None else n_kv_heads
+    return _np.prod([2, n_layers, n_kv, d_head, batch, length, dtype_bytes], dtype=_np.int64)
+
+
+def training_flops_numpy(model, batch_size, block_size, n_steps):
+    """N summed with np.sum, so the result is an np.int64.
+
+    FINDING. Text (lesson 08, exercise 6): "Implement `training_flops(model, batch_size,
+    block_size, n_steps)`: return 6 N D as a number." np.int64 is a number (numbers.Integral);
+    kv_cache_bytes, whose text asks for "an int", accepts np.int64.
+    """
+    N = _np.sum([p.numel() for n, p in model.named_parameters() if not {"wte", "wpe"} & set(n.split("."))])
+    return 6 * N * batch_size * block_size * n_steps
+
+
+def training_flops_tensor(model, batch_size, block_size, n_steps):
+    """N summed as a torch tensor: a 0-d integer tensor (weaker case than NumPy: same text,
+    "return 6 N D as a number")."""
+    N = torch.stack([
+        torch.tensor(p.numel()) for n, p in model.named_parameters()
+        if not {"wte", "wpe"} & set(n.split("."))
+    ]).sum()
+    return 6 * N * batch_size * block_size * n_steps
+
+
 RIGHT3 = {
     "scaled_dot_product_attention": [sdpa_einsum_where, sdpa_scale_q_first, sdpa_bmm_flat],
     "SelfAttention": [SelfAttention_fused_call, SelfAttention_functional_linear],
@@ -1766,7 +1794,7 @@ RIGHT3 = {
     "cls_attention_map": [cls_attention_map_slice, cls_attention_map_einsum, cls_attention_map_sum_div],
     "online_softmax": [online_softmax_split, online_softmax_range],
     "tiled_attention": [tiled_attention_flash, tiled_attention_two_pass_reverse],
-    "kv_cache_bytes": [kv_cache_bytes_prod, kv_cache_bytes_per_token],
+    "kv_cache_bytes": [kv_cache_bytes_prod, kv_cache_bytes_per_token, kv_cache_bytes_numpy],
     "repeat_kv": [repeat_kv_interleave, repeat_kv_expand, repeat_kv_index_select],
     "positive_random_features": [prf_matmul, prf_log_space, prf_linalg],
     "clip_loss": [clip_loss_functional, clip_loss_logsumexp, clip_loss_nll],
@@ -1857,4 +1885,7 @@ REJECTED = {
         practice_john_tensor,
         practice_john_float,
     ],
+    # visible and thorough: "training_flops: the result should be a number (of FLOPs) but is a
+    # int64"; "... should be a number (of FLOPs) but is a Tensor"
+    "training_flops": [training_flops_numpy, training_flops_tensor],
 }

@@ -144,7 +144,7 @@ def split_heads_einops_like(x, n_heads):
     """Loop over heads with slicing, then torch.stack; works for any float/int dtype."""
     B, L, D = x.shape
     d_k = D // n_heads
-    return torch.stack([x[:, :, i * d_k:(i + 1) * d_k] for i in range(n_heads)], dim=1)
+    return torch.stack([x[:, :, i * d_k : (i + 1) * d_k] for i in range(n_heads)], dim=1)
 
 
 def merge_heads_cat(x):
@@ -219,7 +219,7 @@ class MultiHeadAttention_loop(nn.Module):
             if mask is not None:
                 m = mask
                 if m.dim() == 4 and m.shape[1] != 1:
-                    m = m[:, i:i + 1]
+                    m = m[:, i : i + 1]
                 s = s.masked_fill(~m, float("-inf"))
             w = torch.softmax(s, dim=-1).nan_to_num(0.0)[:, 0]
             ws.append(w)
@@ -273,7 +273,7 @@ class LearnedPositionalEmbedding_slice(nn.Module):
             raise ValueError(
                 f"positions {offset}..{offset + L - 1} go beyond the table of {self.n_positions}"
             )
-        return x + self.embedding.weight[offset:offset + L].to(x.dtype)
+        return x + self.embedding.weight[offset : offset + L].to(x.dtype)
 
 
 class LearnedPositionalEmbedding_lookup(nn.Module):
@@ -513,7 +513,7 @@ def patchify_loop(images, patch_size):
     patches = []
     for r in range(H // p):
         for c in range(W // p):
-            patches.append(images[:, :, r * p:(r + 1) * p, c * p:(c + 1) * p].reshape(B, -1))
+            patches.append(images[:, :, r * p : (r + 1) * p, c * p : (c + 1) * p].reshape(B, -1))
     return torch.stack(patches, dim=1)
 
 
@@ -570,7 +570,9 @@ def cls_attention_map_einsum(weights, grid):
     """select + narrow, einsum with a uniform head vector, unflatten."""
     h = weights.shape[1]
     row = weights.select(2, 0).narrow(-1, 1, weights.shape[-1] - 1)  # (B, h, N)
-    avg = torch.einsum("bhn,h->bn", row, torch.full((h,), 1.0 / h, dtype=row.dtype, device=row.device))
+    avg = torch.einsum(
+        "bhn,h->bn", row, torch.full((h,), 1.0 / h, dtype=row.dtype, device=row.device)
+    )
     return avg.unflatten(-1, tuple(grid))
 
 
@@ -604,7 +606,7 @@ def online_softmax_range(scores, block_size):
     m = scores.new_full(scores.shape[:-1], -math.inf)
     l = scores.new_zeros(scores.shape[:-1])
     for start in range(0, L, block_size):
-        blk = scores[..., start:start + block_size]
+        blk = scores[..., start : start + block_size]
         bmax = blk.max(dim=-1).values
         m2 = torch.where(bmax > m, bmax, m)
         g = m2.masked_fill(torch.isneginf(m2), 0.0)
@@ -621,10 +623,10 @@ def tiled_attention_flash(q, k, v, mask=None, block_size=64):
     scale = 1.0 / math.sqrt(d)
     m = l = o = None
     for j in range(0, Lk, block_size):
-        kb, vb = k[..., j:j + block_size, :], v[..., j:j + block_size, :]
+        kb, vb = k[..., j : j + block_size, :], v[..., j : j + block_size, :]
         s = (q @ kb.transpose(-2, -1)) * scale
         if mask is not None:
-            mb = mask if mask.shape[-1] == 1 else mask[..., j:j + block_size]
+            mb = mask if mask.shape[-1] == 1 else mask[..., j : j + block_size]
             s = s.masked_fill(~mb, float("-inf"))
         bmax = s.amax(-1)
         if m is None:
@@ -651,9 +653,9 @@ def tiled_attention_two_pass_reverse(q, k, v, mask=None, block_size=64):
     starts = list(range(0, Lk, block_size))[::-1]
 
     def block_scores(j):
-        s = torch.matmul(q, k[..., j:j + block_size, :].mT) * scale
+        s = torch.matmul(q, k[..., j : j + block_size, :].mT) * scale
         if mask is not None:
-            mb = mask[..., j:j + block_size] if mask.shape[-1] != 1 else mask
+            mb = mask[..., j : j + block_size] if mask.shape[-1] != 1 else mask
             s = torch.where(mb, s, torch.tensor(float("-inf"), dtype=s.dtype, device=s.device))
         return s
 
@@ -667,7 +669,7 @@ def tiled_attention_two_pass_reverse(q, k, v, mask=None, block_size=64):
     for j in starts:
         p = torch.exp(block_scores(j) - g)
         l = l + p.sum(-1, keepdim=True)
-        o = o + p @ v[..., j:j + block_size, :]
+        o = o + p @ v[..., j : j + block_size, :]
     l = torch.where(l == 0, torch.ones_like(l), l)
     return o / l
 
@@ -678,7 +680,9 @@ def kv_cache_bytes_prod(n_layers, n_heads, d_head, batch, length, dtype_bytes, n
     return int(math.prod([2, n_layers, n_kv, d_head, batch, length, dtype_bytes]))
 
 
-def kv_cache_bytes_per_token(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+def kv_cache_bytes_per_token(
+    n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None
+):
     """Bytes per token per layer first (K and V), then scaled; n_kv_heads or n_heads."""
     per_token_layer = (n_kv_heads or n_heads) * d_head * dtype_bytes * 2
     return per_token_layer * n_layers * length * batch
@@ -752,8 +756,8 @@ def clip_loss_logsumexp(image_features, text_features, logit_scale):
 
 def clip_loss_nll(image_features, text_features, logit_scale):
     """log_softmax + nll_loss on a stacked (2, B, B) logits tensor, one mean over both."""
-    i = image_features * torch.rsqrt((image_features ** 2).sum(-1, keepdim=True))
-    t = text_features * torch.rsqrt((text_features ** 2).sum(-1, keepdim=True))
+    i = image_features * torch.rsqrt((image_features**2).sum(-1, keepdim=True))
+    t = text_features * torch.rsqrt((text_features**2).sum(-1, keepdim=True))
     lpi = torch.einsum("id,jd->ij", i, t) * logit_scale.exp()
     both = torch.stack([lpi, lpi.T])  # (2, B, B)
     B = lpi.shape[0]
@@ -878,7 +882,6 @@ def greedy_decode_list(model, src, bos_id, eos_id, max_len):
 def label_smoothed_gather(logits, targets, eps=0.1, ignore_index=0):
     """gather at clamped targets, mean of -log p over classes, masked mean by count."""
     logp = torch.log_softmax(logits, dim=-1)
-    V = logits.shape[-1]
     keep = targets != ignore_index
     safe = torch.where(keep, targets, torch.zeros_like(targets))
     nll = -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
@@ -977,7 +980,9 @@ def next_token_probs_scatter(logits, temperature=1.0, top_k=None, top_p=None):
     z = logits / temperature
     if top_k is not None and top_k < V:
         vals, _ = z.sort(dim=-1, descending=True)
-        z = torch.where(z >= vals[..., top_k - 1:top_k], z, torch.tensor(float("-inf"), dtype=z.dtype))
+        z = torch.where(
+            z >= vals[..., top_k - 1 : top_k], z, torch.tensor(float("-inf"), dtype=z.dtype)
+        )
     if top_p is not None and top_p < 1.0:
         vals, order = z.sort(dim=-1, descending=True)
         probs = vals.softmax(-1)
@@ -1046,8 +1051,8 @@ class KVCache_buffer:
             k2[..., : self.n, :] = self.k[..., : self.n, :]
             v2[..., : self.n, :] = self.v[..., : self.n, :]
             self.k, self.v = k2, v2
-        self.k[..., self.n:self.n + n_new, :] = k
-        self.v[..., self.n:self.n + n_new, :] = v
+        self.k[..., self.n : self.n + n_new, :] = k
+        self.v[..., self.n : self.n + n_new, :] = v
         self.n += n_new
         return self.k[..., : self.n, :], self.v[..., : self.n, :]
 
@@ -1089,7 +1094,9 @@ def bert_mask_bernoulli(tokens, mask_id, vocab_size, p=0.15, generator=None, spe
     cat = torch.multinomial(
         torch.tensor([0.8, 0.1, 0.1], device=dev), max(n, 1), replacement=True, generator=generator
     )[:n].reshape(tokens.shape)
-    rand_ids = torch.randint(0, vocab_size, tokens.shape, generator=generator, device=dev, dtype=tokens.dtype)
+    rand_ids = torch.randint(
+        0, vocab_size, tokens.shape, generator=generator, device=dev, dtype=tokens.dtype
+    )
     inputs = tokens.clone()
     inputs = torch.where(chosen & (cat == 0), torch.full_like(tokens, mask_id), inputs)
     inputs = torch.where(chosen & (cat == 1), rand_ids, inputs)
@@ -1202,7 +1209,7 @@ def learn_bpe_lists(word_counts, n_merges):
             i = 0
             while i < len(sym) - 1:
                 if sym[i] == a and sym[i + 1] == b:
-                    sym[i:i + 2] = [a + b]
+                    sym[i : i + 2] = [a + b]
                 i += 1
     return merges
 
@@ -1334,7 +1341,7 @@ def text_infilling_batched_poisson(tokens, mask_id, p=0.3, lam=3.0, generator=No
     n_keep = L - n_mask
     n_gaps = n_keep + 1
     if len(lengths) > n_gaps:
-        lengths = lengths[: n_gaps - 1] + [sum(lengths[n_gaps - 1:])]
+        lengths = lengths[: n_gaps - 1] + [sum(lengths[n_gaps - 1 :])]
     gaps = torch.randperm(n_gaps, generator=generator)[: len(lengths)]
     gap_len = [-1] * n_gaps
     for g_, k in zip(gaps.tolist(), lengths):
@@ -1346,7 +1353,7 @@ def text_infilling_batched_poisson(tokens, mask_id, p=0.3, lam=3.0, generator=No
             pieces.append(torch.tensor([mask_id], dtype=tokens.dtype, device=tokens.device))
             pos += gap_len[g_]
         if g_ < n_keep:
-            pieces.append(tokens[pos:pos + 1])
+            pieces.append(tokens[pos : pos + 1])
             pos += 1
     return torch.cat(pieces)
 
@@ -1537,7 +1544,7 @@ class LearnedPositionalEmbedding_position_ids(nn.Module):
         L = x.shape[1]
         if offset + L > self.n_positions:
             raise ValueError(f"offset {offset} + length {L} > n_positions {self.n_positions}")
-        ids = self.position_ids[:, offset:offset + L]
+        ids = self.position_ids[:, offset : offset + L]
         return x + self.embedding(ids).to(x.dtype)
 
 
@@ -1561,7 +1568,9 @@ class MultiHeadAttention_alias_list(nn.Module):
 
     def forward(self, x, context=None, mask=None):
         c = x if context is None else context
-        q, k, v = (split_heads_unflatten_permute(f(t), self.n_heads) for f, t in zip(self.qkv, (x, c, c)))
+        q, k, v = (
+            split_heads_unflatten_permute(f(t), self.n_heads) for f, t in zip(self.qkv, (x, c, c))
+        )
         out, self.last_weights = sdpa_einsum_where(q, k, v, mask)
         return self.w_o(merge_heads_cat(out))
 
@@ -1626,7 +1635,9 @@ def next_token_probs_keep_top(logits, temperature=1.0, top_k=None, top_p=None):
 
 def training_flops_float(model, batch_size, block_size, n_steps):
     """Returns a float (text: "return 6 N D as a number")."""
-    N = sum(p.numel() for n, p in model.named_parameters() if not {"wte", "wpe"} & set(n.split(".")))
+    N = sum(
+        p.numel() for n, p in model.named_parameters() if not {"wte", "wpe"} & set(n.split("."))
+    )
     return 6.0 * N * batch_size * block_size * n_steps
 
 
@@ -1649,11 +1660,10 @@ def sentence_permutation_alias_none(tokens, eos_id, generator=None):
     bounds, start = [], 0
     for i, e in enumerate(is_eos):
         if e:
-            bounds.append(tokens[start:i + 1])
+            bounds.append(tokens[start : i + 1])
             start = i + 1
     perm = torch.randperm(len(bounds), generator=generator)
     return torch.cat([bounds[i] for i in perm.tolist()] + [tokens[start:]])
-
 
 
 class MultiHeadAttention_no_weights(nn.Module):
@@ -1726,13 +1736,13 @@ practice_thinking_ndarray = {
 _john_np = _np.array(_john_words)
 practice_john_np_int = {
     "answer": "B",
-    "rnn_steps": _np.flatnonzero(_john_np == "visiting")[0] - _np.flatnonzero(_john_np == "John,")[0],
+    "rnn_steps": _np.flatnonzero(_john_np == "visiting")[0]
+    - _np.flatnonzero(_john_np == "John,")[0],
     "attention_layers": 1,
 }
 practice_john_np_attention = {"answer": "B", "rnn_steps": 11, "attention_layers": _np.int64(1)}
 practice_john_tensor = {"answer": "B", "rnn_steps": torch.tensor(11), "attention_layers": 1}
 practice_john_float = {"answer": "B", "rnn_steps": 11.0, "attention_layers": 1}
-
 
 
 def kv_cache_bytes_numpy(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
@@ -1748,25 +1758,63 @@ def training_flops_numpy(model, batch_size, block_size, n_steps):
     block_size, n_steps)`: return 6 N D as a number." np.int64 is a number (numbers.Integral);
     kv_cache_bytes, whose text asks for "an int", accepts np.int64.
     """
-    N = _np.sum([p.numel() for n, p in model.named_parameters() if not {"wte", "wpe"} & set(n.split("."))])
+    N = _np.sum(
+        [p.numel() for n, p in model.named_parameters() if not {"wte", "wpe"} & set(n.split("."))]
+    )
     return 6 * N * batch_size * block_size * n_steps
 
 
 def training_flops_tensor(model, batch_size, block_size, n_steps):
     """N summed as a torch tensor: a 0-d integer tensor (weaker case than NumPy: same text,
     "return 6 N D as a number")."""
-    N = torch.stack([
-        torch.tensor(p.numel()) for n, p in model.named_parameters()
-        if not {"wte", "wpe"} & set(n.split("."))
-    ]).sum()
+    N = torch.stack(
+        [
+            torch.tensor(p.numel())
+            for n, p in model.named_parameters()
+            if not {"wte", "wpe"} & set(n.split("."))
+        ]
+    ).sum()
     return 6 * N * batch_size * block_size * n_steps
+
+
+def patchify_named_dimension(images, patch_size):
+    """Error message names only the offending dimension and p; one reshape-permute-reshape."""
+    B, C, H, W = images.shape
+    p = patch_size
+    for name, size in (("height", H), ("width", W)):
+        if size % p:
+            raise ValueError(f"cannot cut an image {name} of {size} pixels into patches of {p}")
+    x = images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)
+    return x.reshape(B, (H // p) * (W // p), C * p * p)
+
+
+class LearnedPositionalEmbedding_last_row(nn.Module):
+    """Checks the LAST position against the rows (>= n_positions); message in its own words."""
+
+    def __init__(self, n_positions, d_model):
+        super().__init__()
+        self.n_positions = n_positions
+        self.embedding = nn.Embedding(n_positions, d_model)
+
+    def forward(self, x, offset=0):
+        L = x.shape[1]
+        last = offset + L - 1
+        if last >= self.n_positions:
+            raise ValueError(
+                f"no learned vector for position {last}: the table has rows 0..{self.n_positions - 1}"
+            )
+        return x + self.embedding.weight[offset : offset + L]
 
 
 RIGHT3 = {
     "scaled_dot_product_attention": [sdpa_einsum_where, sdpa_scale_q_first, sdpa_bmm_flat],
     "SelfAttention": [SelfAttention_fused_call, SelfAttention_functional_linear],
     "practice_thinking": [practice_thinking_tensor, practice_thinking_lower],
-    "split_heads": [split_heads_unflatten_permute, split_heads_chunk_stack, split_heads_einops_like],
+    "split_heads": [
+        split_heads_unflatten_permute,
+        split_heads_chunk_stack,
+        split_heads_einops_like,
+    ],
     "merge_heads": [merge_heads_cat, merge_heads_permute_flatten, merge_heads_einsum_eye],
     "MultiHeadAttention": [
         MultiHeadAttention_einsum,
@@ -1781,6 +1829,7 @@ RIGHT3 = {
     "LearnedPositionalEmbedding": [
         LearnedPositionalEmbedding_slice,
         LearnedPositionalEmbedding_lookup,
+        LearnedPositionalEmbedding_last_row,
     ],
     "rotary_embedding": [rotary_complex, rotary_matrix, rotary_interleave_rotate_half],
     "LayerNorm": [LayerNorm_manual_rsqrt, LayerNorm_var_mean],
@@ -1789,9 +1838,18 @@ RIGHT3 = {
     "causal_mask": [causal_mask_arange, causal_mask_triu_not, causal_mask_tril_indices],
     "alpha_22": [alpha_22_fraction, alpha_22_expratio, alpha_22_numpy, alpha_22_tensor],
     "padding_mask": [padding_mask_ne, padding_mask_index, padding_mask_where],
-    "patchify": [patchify_view_permute, patchify_tensor_unfold, patchify_loop],
+    "patchify": [
+        patchify_view_permute,
+        patchify_tensor_unfold,
+        patchify_loop,
+        patchify_named_dimension,
+    ],
     "ViTEmbedding": [ViTEmbedding_cat, ViTEmbedding_split_positions],
-    "cls_attention_map": [cls_attention_map_slice, cls_attention_map_einsum, cls_attention_map_sum_div],
+    "cls_attention_map": [
+        cls_attention_map_slice,
+        cls_attention_map_einsum,
+        cls_attention_map_sum_div,
+    ],
     "online_softmax": [online_softmax_split, online_softmax_range],
     "tiled_attention": [tiled_attention_flash, tiled_attention_two_pass_reverse],
     "kv_cache_bytes": [kv_cache_bytes_prod, kv_cache_bytes_per_token, kv_cache_bytes_numpy],

@@ -121,9 +121,29 @@ class _TensorDriver(Driver):
     def settings(self, thorough: bool) -> list:
         return settings(thorough)
 
+    def run(self, ex: Exercise, student_obj, thorough: bool) -> int:
+        """Every case in every (device, dtype); a case pinned to a dtype (``Case.dtype``) runs
+        once per device, in that dtype, where the device's first dtype comes."""
+        cases, n, pinned_done = self.cases(thorough), 0, set()
+        for device, dtype in self.settings(thorough):
+            for index, case in enumerate(cases):
+                if case.dtype is not None:
+                    if device in pinned_done:
+                        continue
+                    self.run_case(ex, student_obj, case, index, (device, case.dtype))
+                else:
+                    self.run_case(ex, student_obj, case, index, (device, dtype))
+                n += 1
+            pinned_done.add(device)
+        return n
+
     def covered(self, thorough: bool) -> str:
         where = ", ".join(d.type for d in available_devices()) if thorough else "cpu"
-        return f"forward and gradients, float64 and float32 on {where}"
+        pinned = sorted(
+            {str(c.dtype).removeprefix("torch.") for c in self.cases(thorough) if c.dtype}
+        )
+        also = f" (and {', '.join(pinned)} where a case says)" if pinned else ""
+        return f"forward and gradients, float64 and float32{also} on {where}"
 
     def compare(
         self,
@@ -263,7 +283,8 @@ def _reaches(outputs, params: list) -> list[bool] | None:
 def _unused_parameters(reference: nn.Module, student: nn.Module, expected, got):
     """The mistake of parameters the reference's output depends on and the student's does not
     (``parameters.name_unused``), or None."""
-    ref_params, stu_params = dict(reference.named_parameters()), dict(student.named_parameters())
+    ref_params = dict(reference.named_parameters())
+    stu_params = dict(student.named_parameters(remove_duplicate=False))
     keys = [k for k in ref_params if k in stu_params]
     ref_used = _reaches(expected, [ref_params[k] for k in keys])
     stu_used = _reaches(got, [stu_params[k] for k in keys])
@@ -407,7 +428,7 @@ class ModuleDriver(_TensorDriver):
         got = _student_call(ex, student_cls, call, "your forward", text, run_mistake)
         _require_unchanged(ex, ref_in, stu_in, text, None, "your forward")
 
-        stu_params = dict(student.named_parameters())
+        stu_params = dict(student.named_parameters(remove_duplicate=False))
         ref_leaves = self.grad_leaves(ref_in) + list(reference.named_parameters())
         stu_leaves = self.grad_leaves(stu_in) + [
             (k, stu_params[k]) for k, _ in reference.named_parameters()
@@ -732,11 +753,24 @@ def init_parameters(module: nn.Module, seed: int) -> None:
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / math.sqrt(fan_in))
 
 
+def _own_extra(stu_state: dict, key: str, ref_keys) -> bool:
+    """Whether the student's state entry `key`, which the reference does not have, is theirs to
+    keep: a buffer of their own (a constant such as eps or position ids, left as they made it), or
+    another name for a tensor the reference names too (``nn.Sequential(self.w_1, ...)``,
+    ``nn.ModuleList([self.norm1, ...])``). An extra learnable parameter is not: it changes the
+    model."""
+    value = stu_state[key]
+    if not isinstance(value, nn.Parameter):
+        return True
+    return any(stu_state.get(k) is value for k in ref_keys)
+
+
 def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: Case) -> None:
     ref_state = reference.state_dict()
-    stu_keys = set(student.state_dict())
-    if stu_keys != set(ref_state):
-        missing = sorted(set(ref_state) - stu_keys)
+    stu_state = student.state_dict(keep_vars=True)
+    stu_keys = set(stu_state)
+    missing = sorted(set(ref_state) - stu_keys)
+    if missing or any(not _own_extra(stu_state, k, ref_state) for k in stu_keys - set(ref_state)):
         extra = sorted(stu_keys - set(ref_state))
         named = parameters.name_parameters(student, missing, extra)
         fail(
@@ -747,7 +781,7 @@ def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: 
             mistake=exercise.Mistake(*named) if named else None,
         )
     for key, value in ref_state.items():
-        mine = student.state_dict()[key]
+        mine = stu_state[key]
         if mine.shape != value.shape:
             named = parameters.name_parameter_shape(key, tuple(mine.shape), tuple(value.shape))
             fail(
@@ -756,4 +790,4 @@ def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: 
                 f"has shape {tuple(value.shape)} (case: {case.label})",
                 mistake=exercise.Mistake(*named) if named else None,
             )
-    student.load_state_dict(ref_state)
+    student.load_state_dict(ref_state, strict=False)  # the student's own extras stay as they are

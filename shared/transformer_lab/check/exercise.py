@@ -173,6 +173,9 @@ class Case:
     label: str
     make: Callable[[torch.Generator], dict]  # -> keyword arguments (float64 / bool CPU tensors)
     init: dict = field(default_factory=dict)  # constructor arguments (module exercises)
+    # A case for a dtype rule (e.g. "the result in the input's dtype", which only a low precision
+    # such as bfloat16 can show): it runs once per device, in this dtype alone.
+    dtype: torch.dtype | None = None
 
     def text(self, dtype: torch.dtype, device: torch.device) -> str:
         """How a failure names this case, e.g. 'two heads (float64 on cpu)'."""

@@ -101,7 +101,8 @@ def name_gradient(expected_grad, got_grad, key: str, output_right: bool) -> Name
             "value the output leaves out is still NaN in the backward pass, most often "
             "torch.where(cond, a / b, 0), which computes a / b (0/0 = NaN) in every entry and "
             "sends its gradient back through both branches; make the division itself safe, "
-            "a / torch.where(cond, b, 1)",
+            "a / torch.where(cond, b, 1). Or -inf added to scores (scores + mask) where a whole "
+            "row is masked: fill them with masked_fill instead, which sends them no gradient",
         )
     if output_right and _grossly_different(got_grad, expected_grad):
         return (

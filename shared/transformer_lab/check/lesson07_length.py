@@ -74,22 +74,44 @@ def _root(log_probs, lengths, alpha):
     return log_probs / lengths.to(log_probs.dtype) ** (1.0 / alpha)
 
 
+def _floor_division(log_probs, lengths, alpha):
+    """log p // |Y|^alpha: floor division, the scores rounded down to whole numbers."""
+    return log_probs // lengths.to(log_probs.dtype) ** alpha
+
+
+def _lengths_view_as(log_probs, lengths, alpha):
+    """lengths.view_as(log_probs): breaks when the lengths only broadcast to log_probs' shape."""
+    return log_probs / lengths.view_as(log_probs).to(log_probs.dtype) ** alpha
+
+
 # ==============================================================================================
 # Cases.
 
 
 def _length_cases(thorough: bool) -> list[Case]:
-    def case(shape, alpha, max_length=12, min_length=1):
+    def case(shape, alpha, max_length=12, min_length=1, lengths_shape=None, dtype=None):
+        lengths_shape = lengths_shape or shape
+
         def make(g):
             log_probs = -torch.rand(shape, generator=g, dtype=torch.float64) * 10
-            lengths = torch.randint(min_length, max_length + 1, shape, generator=g)
+            lengths = torch.randint(min_length, max_length + 1, lengths_shape, generator=g)
             lengths.view(-1)[0] = min_length  # the shortest hypothesis is always there
             return {"log_probs": log_probs, "lengths": lengths, "alpha": alpha}
 
         text = f"log_probs {shape}, lengths {min_length}..{max_length}, alpha={alpha}"
-        return Case(text, make)
+        if lengths_shape != shape:
+            text += f", lengths of shape {lengths_shape} (broadcast)"
+        return Case(text, make, dtype=dtype)
 
-    cases = [case((6,), 0.6, min_length=2), case((2, 4), 2.0, min_length=2)]
+    # The text's two rules last (so an earlier case names the other mistakes): lengths that only
+    # broadcast to log_probs' shape, and the scores in log_probs' dtype (bfloat16: lengths cast
+    # to float32 would turn them float32).
+    cases = [
+        case((6,), 0.6, min_length=2),
+        case((2, 4), 2.0, min_length=2),
+        case((3, 4), 0.6, min_length=2, lengths_shape=(3, 1)),
+        case((5,), 0.6, min_length=2, dtype=torch.bfloat16),
+    ]
     if thorough:
         cases += [
             case((5,), 0.0),  # no penalty: the totals unchanged
@@ -175,6 +197,19 @@ length_normalised_score = Exercise(
             "the score is divided by the alpha-th root of |Y|, |Y| ** (1 / alpha): alpha is the "
             "exponent itself, log p / |Y| ** alpha.",
             _root,
+        ),
+        Mistake(
+            "floor-division",
+            "the scores are whole numbers: // is floor division, which rounds the quotient down; "
+            "divide with /.",
+            _floor_division,
+        ),
+        Mistake(
+            "lengths-reshaped",
+            "the lengths were reshaped to log_probs' shape (view_as / reshape / expand_as of the "
+            "same size), which fails when they only broadcast to it, e.g. one length per row "
+            "(B, 1) for scores (B, k): divide and let broadcasting do it.",
+            _lengths_view_as,
         ),
     ],
     driver=FunctionDriver(_length_cases, outputs=("scores",)),

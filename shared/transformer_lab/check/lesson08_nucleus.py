@@ -141,6 +141,29 @@ def _p_ignored(logits, temperature=1.0, top_k=None, top_p=None):
     return probs_with(logits, temperature, top_k, None)
 
 
+def _greedy_tie_topk(logits, temperature=1.0, top_k=None, top_p=None):
+    """T = 0's one-hot where torch.topk(logits, 1) puts it: on tied maxima, not always the first."""
+    if temperature == 0:
+        return F.one_hot(torch.topk(logits, 1, dim=-1).indices[:, 0], logits.shape[-1]).to(
+            logits.dtype
+        )
+    return probs_with(logits, temperature, top_k, top_p)
+
+
+def _greedy_tie_last(logits, temperature=1.0, top_k=None, top_p=None):
+    """T = 0's one-hot at the last of tied maxima."""
+    if temperature == 0:
+        last = logits.shape[-1] - 1 - logits.flip(-1).argmax(-1)
+        return F.one_hot(last, logits.shape[-1]).to(logits.dtype)
+    return probs_with(logits, temperature, top_k, top_p)
+
+
+_GREEDY_TIE = (
+    "at T = 0 with tied maxima the one-hot went to another of them: the text asks for the "
+    "first (what torch.argmax gives; torch.topk or a search from the end may pick another)."
+)
+
+# The last two are T = 0's, kept here beside the top-p ones so that lesson08 stays short.
 TOP_P_MISTAKES = [
     Mistake(
         "p-drops-crossing",
@@ -196,6 +219,8 @@ TOP_P_MISTAKES = [
         "least p of the probability.",
         _p_ignored,
     ),
+    Mistake("greedy-tie-topk", _GREEDY_TIE, _greedy_tie_topk),
+    Mistake("greedy-tie-last", _GREEDY_TIE, _greedy_tie_last),
 ]
 
 

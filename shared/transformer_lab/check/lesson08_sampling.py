@@ -111,6 +111,14 @@ def _sample_reseeds(logits, temperature=1.0, top_k=None, generator=None):
     return torch.multinomial(probs, 1).squeeze(-1)
 
 
+def _sample_fixed_default(logits, temperature=1.0, top_k=None, generator=None):
+    """Without a generator, one made and seeded inside: every such call draws alike."""
+    if generator is None:
+        generator = torch.Generator(device=logits.device).manual_seed(0)
+    probs = _true_probs(logits, temperature, top_k).float()
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 def _sample_temperature_twice(logits, temperature=1.0, top_k=None, generator=None):
     """Divides by T, then next_token_probs divides again: the logits over T²."""
     scaled = logits / temperature if temperature > 0 else logits
@@ -293,6 +301,34 @@ def _sample_finding(fn, i: int, spec: tuple, device, dtype, call) -> Finding | N
             "generator=generator)); do not reseed anything from it"
         )
         return Finding(problem, case, "repeats", ("repeats", None))
+    return _unseeded_finding(fn, logits, temperature, top_k, device, case, call)
+
+
+def _unseeded_finding(fn, logits, temperature, top_k, device, case, call) -> Finding | None:
+    """Without a generator the draws come from torch's global random state: two calls after
+    reseeding it differently draw different tokens (a generator made and seeded inside the
+    function draws alike on every call, whatever the program's seed). 2,000 rows: all alike
+    twice happens to a correct sampler with probability far below 1e-100 here too."""
+    few = logits[:2000].clone()
+    with torch.random.fork_rng(devices=_cuda_indices(device)):
+        unseeded = []
+        for global_seed in (2024, 4202):
+            _reseed_global(device, global_seed)
+            unseeded.append(
+                call(lambda: fn(few.clone(), temperature, top_k, None), "your function", case)
+            )
+    first, again = unseeded
+    if (
+        isinstance(first, torch.Tensor)
+        and isinstance(again, torch.Tensor)
+        and torch.equal(first, again)
+    ):
+        problem = (
+            "without a generator, two calls with torch's global generator seeded differently "
+            f"drew the same {len(few):,} tokens: with generator=None the draws must come from "
+            "the global random state (torch.multinomial(probs, 1, generator=None) does that)"
+        )
+        return Finding(problem, case, "unseeded-repeats", ("unseeded-repeats", None))
     return None
 
 
@@ -304,7 +340,7 @@ def _sample_matches(mine, theirs) -> bool:
         return (a - b).abs().max().item() <= 2 * _sample_tolerance()
     if tag == "greedy":
         return torch.equal(a, b)
-    return a == b  # "shape": the shapes; "reproducible", "repeats": None == None
+    return a == b  # "shape": the shapes; "reproducible", "repeats", "unseeded-repeats": None
 
 
 sample_next = Exercise(
@@ -374,6 +410,14 @@ sample_next = Exercise(
             "call draws the same tokens (and the program's own random state is reset): draw with "
             "torch.multinomial(probs, 1, generator=generator) and touch no seed.",
             _sample_reseeds,
+        ),
+        Mistake(
+            "fixed-default-generator",
+            "without a generator your function draws the same tokens whatever torch's seed: "
+            "a torch.Generator made and seeded inside it repeats itself on every call. With "
+            "generator=None pass None on to torch.multinomial, which then draws from torch's "
+            "global random state.",
+            _sample_fixed_default,
         ),
         Mistake(
             "temperature-twice",

@@ -67,7 +67,7 @@ def test_other_wrong_counts_fail_without_a_guess(change):
         (None, "replace the"),
         ("B", "a dict"),
         ({"answer": "B", "rnn_steps": 11}, "a dict"),
-        (dict(RIGHT_JOHN, rnn_steps=11.0), "whole number"),
+        (dict(RIGHT_JOHN, rnn_steps=11.5), "whole number"),
         (dict(RIGHT_JOHN, attention_layers=True), "whole number"),
         (dict(RIGHT_JOHN, answer="C"), "letters A, B"),
     ],

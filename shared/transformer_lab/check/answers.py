@@ -1,6 +1,7 @@
 """Reading a practice question's answer: letters in quotes, checked for form before content.
 
     letters("practice_drop_in", "A, c", "ABCDE", many=True)  ->  "AC"
+    plain_number(np.int64(11))  ->  11;  plain_number(torch.tensor(0.5))  ->  0.5
 
 A wrong *form* (an untouched ``...``, a number, a letter that is not an option) fails with a
 sentence that says what to write; whether the letters are *right* is the question's own check.
@@ -9,6 +10,8 @@ sentence that says what to write; whether the letters are *right* is the questio
 from __future__ import annotations
 
 import re
+
+import torch
 
 from .exercise import Mistake, NotWrittenYet, fail
 
@@ -19,6 +22,24 @@ def unanswered(name: str) -> NotWrittenYet:
         f"`{name}` is not written yet: set it in the cell above.",
         exercise=name,
     )
+
+
+def plain_number(value):
+    """`value` as a plain Python number where it is a number in another dress: a NumPy scalar or
+    0-d array (np.int64, np.float64) or a 0-d tensor gives its int (integer dtypes) or float
+    (floating dtypes). Anything else comes back unchanged: a Python number, a bool of any kind, a
+    complex number, a tensor or array of several numbers, a string."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0 and value.dtype != torch.bool and not value.is_complex():
+            return value.item()
+        return value
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        kind = value.dtype.kind  # "i"/"u" integers, "f" floats; "b" (bool), "c", "O"... kept
+        if kind in "iu":
+            return int(value)
+        if kind == "f":
+            return float(value)
+    return value
 
 
 def letters(name: str, value, options: str, *, many: bool = False) -> str:

@@ -8,7 +8,7 @@ import math
 import torch
 
 from .. import rnn as _rnn
-from .answers import letters, unanswered
+from .answers import letters, plain_number, unanswered
 from .drivers import (
     Call,
     CustomDriver,
@@ -383,7 +383,9 @@ def _steps_kernel_ignored(kind, n, kernel_size=3):
 
 
 def _whole_number_equal(got, expected) -> bool:
-    """Equal, and a whole number where one is expected: the text asks for an `int` (4.0 is not)."""
+    """Equal, and a whole number where one is expected: the text asks for an `int` (4.0 is not;
+    np.int64(4) and a 0-d integer tensor are, as operator.index says)."""
+    got, expected = plain_number(got), plain_number(expected)
     kinds = (isinstance(got, int) and not isinstance(got, bool), isinstance(expected, int))
     return kinds[0] == kinds[1] and exactly_equal(got, expected)
 
@@ -557,6 +559,15 @@ def _john_mistakes() -> dict[str, Mistake]:
     }
 
 
+def _whole_number(value) -> int | None:
+    """A count computed with code as a plain int: 11, np.int64(11), torch.tensor(11) or 11.0;
+    None for a bool, a fractional value (11.5) or anything that is not a number."""
+    value = plain_number(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @practice
 def practice_john(value, thorough: bool = False) -> None:
     """Check the answer to the relative-clause question: a dict with "answer" (A or B),
@@ -576,14 +587,15 @@ def practice_john(value, thorough: bool = False) -> None:
             f'the answer should be a dict with the keys "answer", "rnn_steps" and "attention_layers", got {got}',
         )
     answer = letters(name, value["answer"], "AB")
-    for key in ("rnn_steps", "attention_layers"):
-        if isinstance(value[key], bool) or not isinstance(value[key], int):
+    counts = {key: _whole_number(value[key]) for key in ("rnn_steps", "attention_layers")}
+    for key, count in counts.items():
+        if count is None:
             fail(name, f"{key} should be a whole number, got {value[key]!r}")
     right = john_distances()
     mistakes = _john_mistakes()
     if answer != "B":
         fail(name, f"({answer}) is not where John is going", mistake=mistakes["nearest-place"])
-    steps, layers = value["rnn_steps"], value["attention_layers"]
+    steps, layers = counts["rnn_steps"], counts["attention_layers"]
     by_steps = {
         right["rnn_steps"] + 1: "counted-both-ends",
         right["rnn_steps"] - 1: "words-between",

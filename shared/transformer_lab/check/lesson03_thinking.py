@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from .answers import letters, unanswered
+from .answers import letters, plain_number, unanswered
 from .exercise import Mistake, fail, practice
 
 __all__ = ["practice_thinking"]
@@ -124,8 +124,15 @@ def _letter_mistakes() -> dict[str, Mistake]:
 
 
 def _as_pair(name: str, value) -> tuple[float, float]:
+    """The two weights as floats: a list, a tuple, a tensor or a NumPy array of two numbers (NumPy
+    numbers and 0-d tensors in a list read as the numbers they hold)."""
+    value = plain_number(value)
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().flatten().tolist()
+    elif type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # an array
+        value = value.reshape(-1).tolist()
+    if isinstance(value, (list, tuple)):
+        value = type(value)(plain_number(w) for w in value)
     if (
         not isinstance(value, (list, tuple))
         or len(value) != 2

@@ -10,7 +10,8 @@ parameter and token (2 forward, 4 backward).
 from __future__ import annotations
 
 from .. import gpt as _gpt
-from .drivers import Call, ExactDriver
+from .answers import plain_number
+from .drivers import Call, ExactDriver, exactly_equal
 from .exercise import Exercise, Mistake
 
 __all__ = ["training_flops"]
@@ -132,7 +133,14 @@ def _calls(thorough: bool) -> list[Call]:
     return calls
 
 
+def _same_count(got, expected) -> bool:
+    """Exactly equal as numbers: "return 6 N D as a number" (an int, a float, a NumPy number or a
+    0-d tensor, compared by value; a bool is not a number)."""
+    return exactly_equal(plain_number(got), plain_number(expected))
+
+
 def _describe(expected, got) -> str:
+    got = plain_number(got)
     if isinstance(got, bool) or not isinstance(got, (int, float)):
         return f"the result should be a number (of FLOPs) but is a {type(got).__name__}"
     return f"returned {got:,} FLOPs, expected {expected:,} ({got / expected:.4g} times as many)"
@@ -230,7 +238,9 @@ training_flops = Exercise(
             _flops_tensor_count,
         ),
     ],
-    driver=ExactDriver(_calls, covered="N, D and the FLOPs exactly", describe=_describe),
+    driver=ExactDriver(
+        _calls, covered="N, D and the FLOPs exactly", equal=_same_count, describe=_describe
+    ),
     doc="training_flops(model, batch_size, block_size, n_steps) -> 6·N·D, N the parameters "
     "outside the embeddings, D every token trained on",
 )

@@ -314,13 +314,15 @@ def test_only_tuple_output_is_accepted():
 
 
 def test_module_with_wrong_parameter_names_is_told_the_expected_names():
-    class Renamed(GoodSelfAttention):
+    class Renamed(GoodSelfAttention):  # w_q under another name (an alias beside it is fine)
         def __init__(self, d_model, d_k=None, d_v=None):
             super().__init__(d_model, d_k, d_v)
             self.query = self.w_q
+            del self.w_q
 
-    with pytest.raises(check.CheckFailed, match="unexpected: \\['query.weight'\\]"):
+    with pytest.raises(check.CheckFailed, match="unexpected: \\['query.weight'\\]") as info:
         check.SelfAttention(Renamed)
+    assert "missing: ['w_q.weight']" in str(info.value)
 
 
 def test_large_logits_fail_the_visible_check_too():

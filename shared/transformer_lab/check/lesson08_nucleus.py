@@ -160,7 +160,7 @@ def _greedy_tie_last(logits, temperature=1.0, top_k=None, top_p=None):
 
 _GREEDY_TIE = (
     "at T = 0 with tied maxima the one-hot went to another of them: the text asks for the "
-    "first (what torch.argmax gives; torch.topk or a search from the end may pick another)."
+    "first, what torch.argmax gives"
 )
 
 # The last two are T = 0's, kept here beside the top-p ones so that lesson08 stays short.
@@ -219,8 +219,8 @@ TOP_P_MISTAKES = [
         "least p of the probability.",
         _p_ignored,
     ),
-    Mistake("greedy-tie-topk", _GREEDY_TIE, _greedy_tie_topk),
-    Mistake("greedy-tie-last", _GREEDY_TIE, _greedy_tie_last),
+    Mistake("greedy-tie-topk", _GREEDY_TIE + " (torch.topk may pick another).", _greedy_tie_topk),
+    Mistake("greedy-tie-last", _GREEDY_TIE + " (not the last one).", _greedy_tie_last),
 ]
 
 

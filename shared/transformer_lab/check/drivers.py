@@ -738,7 +738,7 @@ def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: 
     if stu_keys != set(ref_state):
         missing = sorted(set(ref_state) - stu_keys)
         extra = sorted(stu_keys - set(ref_state))
-        named = parameters.name_parameters(student, missing, extra)
+        named = parameters.name_parameters(student, missing, extra, reference)
         fail(
             ex,
             "your module's parameters do not match the reference's, so its weights "

@@ -184,6 +184,19 @@ class _RNNStateSizedByInput(_rnn.RNN):
         return torch.stack(outs, 1), h
 
 
+class _RNNStateAliased(_rnn.RNN):
+    """The state rewritten in place (h.copy_(...), h[:] = ...) after it was appended: every entry
+    of outputs is the same tensor, so each holds the final state."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0.clone()
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h))
+            outs.append(h)
+        return torch.stack([outs[-1]] * len(outs), 1), h
+
+
 def _rnn_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_in, d_h, h0=False):
         def make(g):
@@ -316,6 +329,13 @@ RNN = Exercise(
             "self.d_hidden), and only x_t goes through w_xh.",
             _RNNStateSizedByInput,
         ),
+        Mistake(
+            "state-aliased",
+            "every step's output holds the final state: h is changed in place (h.copy_(...), "
+            "h[:] = ..., h += ...) after it was appended, so all the entries of outputs are one "
+            "tensor; make a new state each step, h = torch.tanh(...), and append that.",
+            _RNNStateAliased,
+        ),
     ],
     driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),
     doc="an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)",
@@ -380,6 +400,13 @@ def _steps_float(kind, n, kernel_size=3):
 def _steps_kernel_ignored(kind, n, kernel_size=3):
     """The conv count with the default width 3 whatever kernel_size is given."""
     return _steps_plain(kind, n, 3 if kind == "conv" else kernel_size)
+
+
+def _steps_attention_log(kind, n, kernel_size=3):
+    """Attention counted as the depth of a binary tree over the n tokens, ceil(log2 n)."""
+    if kind == "attention":
+        return max(1, math.ceil(math.log2(n)))
+    return _steps_plain(kind, n, kernel_size)
 
 
 def _whole_number_equal(got, expected) -> bool:
@@ -483,6 +510,12 @@ sequential_steps = Exercise(
             "widens the window by k-1 tokens, so use the kernel_size given, "
             "ceil((n-1)/(kernel_size-1)).",
             _steps_kernel_ignored,
+        ),
+        Mistake(
+            "attention-log",
+            "self-attention is not a tree of pairwise steps (log2 n): one layer compares every "
+            "query with every key at once, so its count is 1, whatever n.",
+            _steps_attention_log,
         ),
     ],
     driver=CustomDriver(_check_steps),

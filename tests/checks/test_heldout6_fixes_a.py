@@ -13,7 +13,8 @@ Caught but not named before, now named by kind:
 
 - RNN: the state changed in place after it was appended (h.copy_), every output the final state
   ("state-aliased");
-- sequential_steps: attention counted as a tree, ceil(log2 n) ("attention-log");
+- sequential_steps: attention counted as a tree, ceil(log2 n) ("attention-log"; an unnamed
+  failure whose attention count is log2 n rounded either way, for n = 10, 100, 1000, too);
 - sinusoidal_positional_encoding and rotary_embedding: the exponent 2k/d computed on integers,
   every frequency 1 ("integer-exponent"); the sinusoidal table's odd d_model rounded down in the
   exponent ("odd-d_model-rounded-down", beside the rounded-up one);
@@ -46,6 +47,7 @@ from torch import nn
 
 from transformer_lab import check
 from transformer_lab.check import drivers, lesson05, lesson06, parameters
+from transformer_lab.check import lesson01 as lesson01_checks
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -132,6 +134,7 @@ def test_mutant_catalogue_without_the_new_mistake_names_nothing(
     monkeypatch, name, module, impl, key
 ):
     _without(monkeypatch, name, key)
+    monkeypatch.setattr(lesson01_checks, "_attention_grows_as_log", lambda *args: False)
     assert key_of(getattr(check, name), _wrong(module, impl)) is None
 
 
@@ -299,6 +302,22 @@ OTHER_VERSIONS = [
 )
 def test_another_version_of_the_kind_is_named(name, impl, kwargs, key):
     assert key_of(getattr(check, name), impl, **kwargs) == key
+
+
+def _steps_floor_log(kind, n, kernel_size=3):
+    """Attention as int(math.log2(n)): 3 for n = 10, not the catalogue mutant's 4."""
+    if kind == "attention":
+        return max(1, int(math.log2(n)))
+    return _steps_bit_length(kind, n, kernel_size)
+
+
+def test_a_floored_log_is_named_as_the_tree_too():
+    assert key_of(check.sequential_steps, _steps_floor_log) == "attention-log"
+
+
+def test_mutant_without_the_log_test_names_a_floored_log_nothing(monkeypatch):
+    monkeypatch.setattr(lesson01_checks, "_attention_grows_as_log", lambda *args: False)
+    assert key_of(check.sequential_steps, _steps_floor_log) is None
 
 
 @pytest.mark.parametrize("value", [Fraction(1, 4), 0.3333])

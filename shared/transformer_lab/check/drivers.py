@@ -772,7 +772,7 @@ def _copy_weights(ex: Exercise, reference: nn.Module, student: nn.Module, case: 
     missing = sorted(set(ref_state) - stu_keys)
     if missing or any(not _own_extra(stu_state, k, ref_state) for k in stu_keys - set(ref_state)):
         extra = sorted(stu_keys - set(ref_state))
-        named = parameters.name_parameters(student, missing, extra)
+        named = parameters.name_parameters(student, missing, extra, reference)
         fail(
             ex,
             "your module's parameters do not match the reference's, so its weights "

@@ -18,7 +18,7 @@ from .drivers import (
     Reject,
     exactly_equal,
 )
-from .exercise import Case, Exercise, Mistake, fail, practice
+from .exercise import Case, CheckFailed, Exercise, Mistake, fail, practice
 
 __all__ = ["RNN", "practice_drop_in", "practice_john", "sequential_steps"]
 
@@ -184,6 +184,19 @@ class _RNNStateSizedByInput(_rnn.RNN):
         return torch.stack(outs, 1), h
 
 
+class _RNNStateAliased(_rnn.RNN):
+    """The state rewritten in place (h.copy_(...), h[:] = ...) after it was appended: every entry
+    of outputs is the same tensor, so each holds the final state."""
+
+    def forward(self, x, h0=None):
+        h = x.new_zeros(x.shape[0], self.d_hidden) if h0 is None else h0.clone()
+        outs = []
+        for t in range(x.shape[1]):
+            h = torch.tanh(self.w_xh(x[:, t]) + self.w_hh(h))
+            outs.append(h)
+        return torch.stack([outs[-1]] * len(outs), 1), h
+
+
 def _rnn_cases(thorough: bool) -> list[Case]:
     def case(B, L, d_in, d_h, h0=False):
         def make(g):
@@ -316,6 +329,13 @@ RNN = Exercise(
             "self.d_hidden), and only x_t goes through w_xh.",
             _RNNStateSizedByInput,
         ),
+        Mistake(
+            "state-aliased",
+            "every step's output holds the final state: h is changed in place (h.copy_(...), "
+            "h[:] = ..., h += ...) after it was appended, so all the entries of outputs are one "
+            "tensor; make a new state each step, h = torch.tanh(...), and append that.",
+            _RNNStateAliased,
+        ),
     ],
     driver=ModuleDriver(_rnn_cases, outputs=("outputs", "h_L")),
     doc="an RNN class: RNN(d_in, d_hidden), forward(x (B, L, d_in), h0=None) -> (outputs, h_L)",
@@ -382,6 +402,13 @@ def _steps_kernel_ignored(kind, n, kernel_size=3):
     return _steps_plain(kind, n, 3 if kind == "conv" else kernel_size)
 
 
+def _steps_attention_log(kind, n, kernel_size=3):
+    """Attention counted as the depth of a binary tree over the n tokens, ceil(log2 n)."""
+    if kind == "attention":
+        return max(1, math.ceil(math.log2(n)))
+    return _steps_plain(kind, n, kernel_size)
+
+
 def _whole_number_equal(got, expected) -> bool:
     """Equal, and a whole number where one is expected: the text asks for an `int` (4.0 is not;
     np.int64(4) and a 0-d integer tensor are, as operator.index says)."""
@@ -416,9 +443,33 @@ def _unknown_kinds(thorough: bool) -> list[Reject]:
     ]
 
 
+def _attention_grows_as_log(ex: Exercise, student_fn) -> bool:
+    """Whether the student's count for attention is log2 n, rounded either way, for n = 10, 100
+    and 1000 (a tree of pairwise steps, however it is written)."""
+    for n in (10, 100, 1000):
+        try:
+            got = ex.run_student(student_fn, lambda n=n: student_fn("attention", n))
+        except Exception:
+            return False
+        if got not in (math.floor(math.log2(n)), math.ceil(math.log2(n))):
+            return False
+    return True
+
+
 def _check_steps(ex: Exercise, student_fn, thorough: bool):
-    """Every (kind, n, kernel_size) exactly, then a ValueError for an unknown kind."""
-    n = ExactDriver(_steps_cases, equal=_whole_number_equal).run(ex, student_fn, thorough)
+    """Every (kind, n, kernel_size) exactly, then a ValueError for an unknown kind. An unnamed
+    wrong count for attention that is log2 n, rounded either way, is named as the tree it is."""
+    unnamed = None
+    try:
+        n = ExactDriver(_steps_cases, equal=_whole_number_equal).run(ex, student_fn, thorough)
+    except CheckFailed as failed:
+        if failed.mistake is not None:
+            raise
+        unnamed = failed
+    if unnamed is not None:
+        if _attention_grows_as_log(ex, student_fn):
+            fail(ex, unnamed.problem, unnamed.case, ex.mistake("attention-log"))
+        raise unnamed
     n += RaisesDriver(_unknown_kinds, shown=repr).run(ex, student_fn, thorough)
     return n, "every kind, length and kernel size; ValueError for an unknown kind"
 
@@ -485,6 +536,12 @@ sequential_steps = Exercise(
             "widens the window by k-1 tokens, so use the kernel_size given, "
             "ceil((n-1)/(kernel_size-1)).",
             _steps_kernel_ignored,
+        ),
+        Mistake(
+            "attention-log",
+            "self-attention is not a tree of pairwise steps (log2 n): one layer compares every "
+            "query with every key at once, so its count is 1, whatever n.",
+            _steps_attention_log,
         ),
     ],
     driver=CustomDriver(_check_steps),

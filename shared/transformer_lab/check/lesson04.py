@@ -99,6 +99,16 @@ def _pe_normalised_positions(n_positions, d_model):
     return _table(n_positions, d_model, freq / n_positions)
 
 
+def _pe_integer_exponent(n_positions, d_model):
+    """2k // d_model on integers: the exponent is 0, so every pair turns at frequency 1."""
+    return _table(n_positions, d_model, torch.ones(len(_pairs(d_model)), dtype=torch.float64))
+
+
+def _pe_odd_rounded_down(n_positions, d_model):
+    d = d_model - d_model % 2
+    return _table(n_positions, d_model, 10000.0 ** (-_pairs(d_model) / d))
+
+
 def _sinusoidal_cases(thorough: bool) -> list[Case]:
     def case(n, d):
         return Case(f"n_positions={n}, d_model={d}", lambda g: (n, d))
@@ -237,6 +247,20 @@ sinusoidal_positional_encoding = Exercise(
             "0, 1, 2, … (a fraction t/L is the poor signal this lesson starts from); the "
             "frequencies ω_k alone set the scale.",
             _pe_normalised_positions,
+        ),
+        Mistake(
+            "integer-exponent",
+            "every pair of columns turns at the same frequency, 1: the exponent 2k/d_model was "
+            "computed on integers (// or an integer arange), which gives 0; compute it in "
+            "floating point, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model.",
+            _pe_integer_exponent,
+        ),
+        Mistake(
+            "odd-d_model-rounded-down",
+            "odd d_model is mishandled: your exponent divides by d_model − 1 (d_model rounded "
+            "down to even); keep d_model itself in ω_k = 10000^(−2k/d_model) and let the last "
+            "sin column have no cos partner.",
+            _pe_odd_rounded_down,
         ),
     ],
     driver=CustomDriver(_check_sinusoidal),
@@ -566,6 +590,12 @@ def _rope_second_sign_slip(x, positions=None):
     return torch.stack((x_even * cos - x_odd * sin, x_odd * cos - x_even * sin), -1).flatten(-2)
 
 
+def _rope_integer_exponent(x, positions=None):
+    """arange(0, d, 2) // d on integers: the exponent is 0, so every pair turns at ω = 1."""
+    cos, sin = _rope_angles(x, positions, exponent_scale=0.0)
+    return _rotate_pairs(x, cos, sin)
+
+
 def _rotary_cases(thorough: bool) -> list[Case]:
     def case(shape, positions=None, scale=1.0):
         def make(g):
@@ -665,6 +695,13 @@ rotary_embedding = Exercise(
             "the second row has − where + belongs: the pair becomes (x_2k cos θ − x_2k+1 sin θ, "
             "x_2k sin θ + x_2k+1 cos θ), the rotation matrix [[cos, −sin], [sin, cos]].",
             _rope_second_sign_slip,
+        ),
+        Mistake(
+            "integer-exponent",
+            "every pair turns at the same frequency, ω = 1: the exponent 2k/d was computed on "
+            "integers (arange(0, d, 2) // d, or an integer arange), which gives 0; compute it in "
+            "floating point, torch.arange(0, d, 2, dtype=x.dtype) / d.",
+            _rope_integer_exponent,
         ),
     ],
     driver=FunctionDriver(_rotary_cases, outputs=("output",)),

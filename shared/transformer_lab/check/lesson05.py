@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from .. import add_norm as _add_norm
 from .drivers import CustomDriver, ModuleDriver
-from .exercise import Case, Exercise, Mistake, fail
+from .exercise import Case, CheckFailed, Exercise, Mistake, fail
 
 __all__ = ["FeedForward", "LayerNorm"]
 
@@ -162,6 +162,15 @@ class _LayerNormVarianceAroundZero(_add_norm.LayerNorm):
         return (
             self.weight * centred / (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt() + self.bias
         )
+
+
+class _LayerNormEpsRootOutside(_add_norm.LayerNorm):
+    """ε taken out of the root as its own root: sqrt(var) + sqrt(eps)."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.var(-1, keepdim=True, unbiased=False).sqrt()
+        return self.weight * (x - mean) / (std + self.eps**0.5) + self.bias
 
 
 _ZERO_INIT = Mistake(
@@ -347,6 +356,12 @@ LayerNorm = Exercise(
             "and the mean is subtracted inside it too.",
             _LayerNormVarianceAroundZero,
         ),
+        Mistake(
+            "eps-root-outside",
+            "the denominator is sqrt(var) + sqrt(eps): a root of a sum is not the sum of the "
+            "roots, so keep ε inside the one square root, sqrt(var + eps).",
+            _LayerNormEpsRootOutside,
+        ),
     ],
     driver=CustomDriver(_check_layer_norm),
     doc="a LayerNorm class: LayerNorm(d_model, eps=1e-5) with `weight`, `bias`; forward(x)",
@@ -406,6 +421,20 @@ class _FFNDropout(_add_norm.FeedForward):
         super().__init__(d_model, d_ff, dropout=0.1)
 
 
+class _FFNReluLast(_add_norm.FeedForward):
+    """The ReLU moved after w_2: relu(w_2(w_1(x)))."""
+
+    def forward(self, x):
+        return torch.relu(self.w_2(self.w_1(x)))
+
+
+class _FFNDropoutInEval(_add_norm.FeedForward):
+    """F.dropout(h, 0.1) with its default training=True: it drops in eval mode too."""
+
+    def forward(self, x):
+        return self.w_2(F.dropout(torch.relu(self.w_1(x)), 0.1))
+
+
 _FFN_DROPOUT = Mistake(
     "dropout",
     "FeedForward applies dropout, so in training mode (a module's default) its output is random: "
@@ -413,6 +442,34 @@ _FFN_DROPOUT = Mistake(
     "dropout goes.",
     _FFNDropout,
 )
+
+
+_FFN_RANDOM_IN_EVAL = Mistake(
+    "dropout-in-eval-mode",
+    "your module's output is random even in eval mode: F.dropout(h, p) drops whatever the "
+    "module's mode, since its training argument defaults to True. FFN(x) = w_2(relu(w_1(x))) "
+    "has no dropout; where a block does want one, use an nn.Dropout layer (or "
+    "F.dropout(h, p, training=self.training)).",
+    _FFNDropoutInEval,
+)
+
+
+def _same_in_eval_mode(ex: Exercise, student_cls, case: Case, mistake: Mistake) -> None:
+    """Fail naming `mistake` when the module, built from `case` and put in eval mode, gives two
+    different outputs for the same input (randomness the module's mode does not switch off)."""
+    inputs = case.make(torch.Generator().manual_seed(2000))
+    try:
+        with torch.random.fork_rng(devices=[]):
+            module = ex.run_student(student_cls, lambda: student_cls(**case.init)).double().eval()
+            with torch.no_grad():
+                first, second = (
+                    ex.run_student(student_cls, lambda: module(**inputs)) for _ in "12"
+                )
+            same = torch.equal(first, second)
+    except Exception:  # the module check has worded what went wrong already
+        return
+    if not same:
+        fail(ex, "your module's output in eval mode differs from call to call", case.label, mistake)
 
 
 def _same_in_training_mode(ex: Exercise, student_cls, case: Case, mistake: Mistake) -> None:
@@ -433,9 +490,19 @@ def _same_in_training_mode(ex: Exercise, student_cls, case: Case, mistake: Mista
 
 
 def _check_ffn(ex: Exercise, student_cls, thorough: bool):
-    """Outputs and gradients (eval mode), then the same output in training mode: no dropout."""
+    """Outputs and gradients (eval mode; an unnamed difference there is tested for randomness
+    that eval mode does not switch off), then the same output in training mode: no dropout."""
     driver = ModuleDriver(_ffn_cases, outputs=("output",))
-    n = driver.run(ex, student_cls, thorough)
+    unnamed = None
+    try:
+        n = driver.run(ex, student_cls, thorough)
+    except CheckFailed as failed:
+        if failed.mistake is not None:
+            raise
+        unnamed = failed
+    if unnamed is not None:  # no mistake named: is the output random in eval mode?
+        _same_in_eval_mode(ex, student_cls, _ffn_cases(False)[1], _FFN_RANDOM_IN_EVAL)
+        raise unnamed
     _same_in_training_mode(ex, student_cls, _ffn_cases(False)[1], _FFN_DROPOUT)
     return n + 1, f"{driver.covered(thorough)}; the same output in training mode"
 
@@ -524,6 +591,14 @@ FeedForward = Exercise(
             _FFNTanh,
         ),
         _FFN_DROPOUT,
+        Mistake(
+            "relu-at-end",
+            "the ReLU comes after w_2, relu(w_2(w_1(x))): nothing lies between the two layers, "
+            "so they collapse into one linear map, and the output can never be negative; the "
+            "ReLU goes between them, w_2(relu(w_1(x))).",
+            _FFNReluLast,
+        ),
+        _FFN_RANDOM_IN_EVAL,
     ],
     driver=CustomDriver(_check_ffn),
     doc="a FeedForward class: FeedForward(d_model, d_ff) with w_1, w_2; forward(x)",

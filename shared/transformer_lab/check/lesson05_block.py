@@ -152,6 +152,16 @@ class _BlockPreNormFFNPostNorm(_add_norm.EncoderBlock):
         return self.norm2(x + self.ffn(x))
 
 
+class _BlockPreNormKeysUnnormed(_add_norm.EncoderBlock):
+    """Pre-norm with the queries from norm1(x) but the keys and values from x itself."""
+
+    def forward(self, x, mask=None):
+        if not self.norm_first:
+            return super().forward(x, mask=mask)
+        x = x + self.self_attn(self.norm1(x), context=x, mask=mask)
+        return x + self.ffn(self.norm2(x))
+
+
 class _BlockTorchLayerNorm(_add_norm.EncoderBlock):
     """norm1 and norm2 built as torch's nn.LayerNorm instead of the student's own LayerNorm."""
 
@@ -317,6 +327,13 @@ EncoderBlock = Exercise(
             "is dropped from the skip path: each sub-layer adds its own input, the attention's "
             "result h, norm2(h + ffn(h)) (pre-norm: h + ffn(norm2(h))).",
             _BlockFFNResidualFromInput,
+        ),
+        Mistake(
+            "pre-norm-keys-unnormed",
+            "in pre-norm only the queries come from norm1(x): the keys and values are read "
+            "from the un-normalised x (context=x). Self-attention reads one input for all "
+            "three, h = norm1(x), then x + self_attn(h, mask=mask).",
+            _BlockPreNormKeysUnnormed,
         ),
     ],
     driver=CustomDriver(_check_block),

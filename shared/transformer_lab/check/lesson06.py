@@ -9,7 +9,7 @@ import torch
 from .. import masking as _masking
 from .answers import unanswered
 from .drivers import Call, ExactDriver, exactly_equal
-from .exercise import Exercise, Mistake, fail, practice
+from .exercise import CheckFailed, Exercise, Mistake, fail, practice
 
 __all__ = ["alpha_22", "causal_mask", "padding_mask"]
 
@@ -80,10 +80,63 @@ def _causal_no_new_axes(n):
     return positions.ge(positions)
 
 
+def _causal_from_table(n, size=64):
+    """Cut from a fixed size × size table built once (nanoGPT's buffer): too small past `size`."""
+    return torch.ones(size, size, dtype=torch.bool).tril()[:n, :n]
+
+
+_FIXED_TABLE = Mistake(
+    "fixed-size-table",
+    "your mask is cut from a table of a fixed size, so a longer sequence gets a mask too small "
+    "for it: causal_mask(n) must work for any n, so build the (n, n) mask from n itself, "
+    "torch.ones(n, n, dtype=torch.bool).tril().",
+    _causal_from_table,
+)
+
+
 def _causal_cases(thorough: bool) -> list[Call]:
-    # n = 1 last: there several mutants agree, so an earlier size names the mistake.
-    sizes = [3, 5, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 0, 1]
+    # n = 1 last: there several mutants agree, so an earlier size names the mistake. Sizes past
+    # 64 (and past 1024 when thorough): "any n", not one below a fixed table's size.
+    sizes = [3, 5, 100, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 100, 1100, 0, 1]
     return [Call((), {"n": n}, label=f"causal_mask({n})") for n in sizes]
+
+
+def _same_size_past(ex, student_fn, n: int) -> int | None:
+    """The size m < n of the square mask the student returns for both n and 2n (a table of a
+    fixed size), when it is the top-left corner of the right mask; else None."""
+    sizes = set()
+    for length in (n, 2 * n):
+        try:
+            got = ex.run_student(student_fn, lambda length=length: student_fn(n=length))
+        except Exception:
+            return None
+        if not (isinstance(got, torch.Tensor) and got.dim() == 2 and got.dtype == torch.bool):
+            return None
+        m = got.shape[0]
+        right = torch.ones(m, m, dtype=torch.bool).tril()
+        if not (got.shape == (m, m) and m < n and torch.equal(got.cpu(), right)):
+            return None
+        sizes.add(m)
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+class _CausalDriver(ExactDriver):
+    """The exact check; a mask too small for n, the same one for 2n, is named as a table of a
+    fixed size, whatever that size."""
+
+    def run_case(self, ex, student_fn, call: Call, index, setting) -> None:
+        unnamed = None
+        try:
+            super().run_case(ex, student_fn, call, index, setting)
+        except CheckFailed as failed:
+            if failed.mistake is not None:
+                raise
+            unnamed = failed
+        if unnamed is None:
+            return
+        if _same_size_past(ex, student_fn, call.kwargs["n"]) is not None:
+            fail(ex, unnamed.problem, unnamed.case, _FIXED_TABLE)
+        raise unnamed
 
 
 causal_mask = Exercise(
@@ -141,8 +194,9 @@ causal_mask = Exercise(
             "every key, torch.arange(n)[:, None] >= torch.arange(n)[None, :].",
             _causal_no_new_axes,
         ),
+        _FIXED_TABLE,
     ],
-    driver=ExactDriver(_causal_cases, covered=_COVERED, equal=_identical, describe=_describe),
+    driver=_CausalDriver(_causal_cases, covered=_COVERED, equal=_identical, describe=_describe),
     doc="causal_mask(n) -> bool (n, n), True on and below the diagonal",
 )
 
@@ -394,6 +448,25 @@ _ALPHA_22_MISTAKES = [
             "all-on-diagonal",
             "position 2 sees two keys, columns 1 and 2, with the same score 1: the softmax shares "
             "the weight between them, it does not give it all to the diagonal.",
+        ),
+    ),
+    (
+        1 / 3,
+        Mistake(
+            "uniform-three-keys",
+            "1/3 shares the weight equally among three keys, as if the scores did not matter "
+            "and the rows were counted from 0: α_22 is in row 2 counting from 1, whose query may "
+            "see keys 1 and 2 only, and the softmax of their scores (both 1) gives each of them "
+            "1/2.",
+        ),
+    ),
+    (
+        1 / 4,
+        Mistake(
+            "uniform-four-keys",
+            "1/4 shares the weight equally among all four keys, as if there were neither a mask "
+            "nor scores: the causal mask leaves query 2 keys 1 and 2 only, and the softmax of "
+            "their scores (both 1) gives each of them 1/2.",
         ),
     ),
 ]

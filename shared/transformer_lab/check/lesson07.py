@@ -478,24 +478,31 @@ def _greedy_slip(
     eos_padded=False,
     src_mask=True,
     last_only=False,
+    values=False,
+    done_from_last=False,
 ):
     """The right loop with one slip: `after_eos` "eos" appends eos_id (not PAD) to a finished
     sequence; `eos_padded` marks a sequence done before appending, so its EOS itself becomes PAD;
     `src_mask` False decodes without the source mask (padded source positions are attended);
-    `last_only` feeds the decoder the newest token alone, not the whole prefix."""
+    `last_only` feeds the decoder the newest token alone, not the whole prefix; `values` takes
+    the largest logit's value (.max(-1)[0]) as the token, not its index; `done_from_last` reads
+    whether a sequence is done from its newest token alone, so decoding resumes after a PAD."""
     memory, mask = model.encode(src)
     mask = mask if src_mask else None
     ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
     done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
     fill = eos_id if after_eos == "eos" else model.pad_id
     for _ in range(max_len):
-        nxt = model.decode(ys[:, -1:] if last_only else ys, memory, mask)[:, -1].argmax(-1)
+        if done_from_last:
+            done = ys[:, -1] == eos_id
+        logits = model.decode(ys[:, -1:] if last_only else ys, memory, mask)[:, -1]
+        nxt = logits.max(-1).values.long() if values else logits.argmax(-1)
         if eos_padded:
             done = done | (nxt == eos_id)
         nxt = torch.where(done, torch.full_like(nxt, fill), nxt)
         ys = torch.cat([ys, nxt[:, None]], dim=1)
         done = done | (nxt == eos_id)
-        if done.all():
+        if (ys[:, 1:] == eos_id).any(1).all() if done_from_last else done.all():
             break
     return ys
 
@@ -711,6 +718,20 @@ greedy_decode = Exercise(
             "model.decode(ys, memory, src_mask) (its self-attention reads every earlier "
             "token), and take the logits of the last position.",
             functools.partial(_greedy_slip, last_only=True),
+        ),
+        Mistake(
+            "max-values",
+            "the next token is the largest logit's value, .max(-1)[0] (.values), turned into an "
+            "id: the token is where that maximum lies, its index, logits[:, -1].argmax(-1) (or "
+            ".max(-1).indices).",
+            functools.partial(_greedy_slip, values=True),
+        ),
+        Mistake(
+            "done-from-last-token",
+            "a sequence counts as finished only while its newest token is EOS (ys[:, -1] == "
+            "eos_id), so after one PAD it decodes again: keep a done flag per sequence that "
+            "stays set, done |= next_token == eos_id (or test (ys == eos_id).any(1)).",
+            functools.partial(_greedy_slip, done_from_last=True),
         ),
     ],
     driver=TrialDriver(_greedy_grid, _greedy_trial, matches=_equal, settings=devices),

@@ -7,6 +7,8 @@ or shapes differ it cannot, and says which. Some differences have one cause:
 - a missing name is an attribute of the student's module holding a plain tensor: it was not
   wrapped in ``nn.Parameter``;
 - the unexpected names are those of PyTorch's ``nn.MultiheadAttention`` (``in_proj_weight``);
+- the student's parameters have the reference's shapes, in its order, under other layer names
+  (``linear1`` where ``w_1`` belongs): the layers were renamed;
 - an ``nn.Linear`` weight of shape (in, out) where (out, in) belongs: its two sizes swapped;
 - a feed-forward weight four times as wide as d_model where d_ff belongs: d_ff hard-coded.
 
@@ -24,7 +26,9 @@ from torch import nn
 Named = tuple[str, str]  # (a stable key, the one-sentence "Likely mistake")
 
 
-def name_parameters(student: nn.Module, missing: list[str], extra: list[str]) -> Named | None:
+def name_parameters(
+    student: nn.Module, missing: list[str], extra: list[str], reference: nn.Module | None = None
+) -> Named | None:
     """The mistake behind parameter names that differ from the reference's, or None."""
     plain = [key for key in missing if _plain_tensor(student, key)]
     if plain:
@@ -41,6 +45,16 @@ def name_parameters(student: nn.Module, missing: list[str], extra: list[str]) ->
             "PyTorch's nn.MultiheadAttention is used where the course's MultiHeadAttention "
             "belongs (it stores W^Q, W^K, W^V as one in_proj_weight): build the block from "
             "transformer_lab's MultiHeadAttention, or your own from lesson 03",
+        )
+    renamed = _renamed_layers(student, reference, missing, extra) if reference is not None else None
+    if renamed:
+        pairs = [f"`{mine}` where `{theirs}` belongs" for mine, theirs in renamed]
+        return (
+            "params-renamed",
+            f"your layers have the right shapes under other names ({'; '.join(pairs)}): the "
+            "check, and the course's models that load your module's weights, find each layer by "
+            "the name the exercise gives it, so keep those names "
+            f"({', '.join(f'self.{theirs}' for _, theirs in renamed)})",
         )
     if missing and not extra and all(key.split(".")[-1] == "bias" for key in missing):
         return (
@@ -70,6 +84,28 @@ def name_parameter_shape(key: str, mine: tuple, reference: tuple) -> Named | Non
                 f"for {asked}: build the layers from the constructor's d_ff, not from 4·d_model",
             )
     return None
+
+
+def _renamed_layers(
+    student: nn.Module, reference: nn.Module, missing: list[str], extra: list[str]
+) -> list[tuple[str, str]] | None:
+    """The (student's, reference's) layer names when the only difference is the layers' names:
+    the state dicts pair up in order, entry by entry, with the same shape and the same last
+    part (`weight`, `bias`); None otherwise."""
+    mine, theirs = student.state_dict(), reference.state_dict()
+    if not missing or len(mine) != len(theirs):
+        return None
+    renamed: dict[str, str] = {}
+    for (key, value), (ref_key, ref_value) in zip(mine.items(), theirs.items()):
+        if value.shape != ref_value.shape or key.rsplit(".", 1)[-1] != ref_key.rsplit(".", 1)[-1]:
+            return None
+        if key != ref_key:
+            if key not in extra or ref_key not in missing:
+                return None
+            layer, ref_layer = key.rsplit(".", 1)[0], ref_key.rsplit(".", 1)[0]
+            if renamed.setdefault(layer, ref_layer) != ref_layer:
+                return None
+    return list(renamed.items()) or None
 
 
 def _plain_tensor(module: nn.Module, key: str) -> bool:

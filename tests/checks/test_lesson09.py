@@ -439,13 +439,14 @@ def test_profiles_of_different_mistakes_do_not_agree():
         "random-from-one",
         "int64-inputs",
         "int64-labels",
+        "random-not-special",  # the specials never drawn: told apart by a small vocabulary
     }
     for i, a in enumerate(profiles):
         assert not L.profiles_agree(a, reference) or mistakes[i].key in like_reference
         for j, b in enumerate(profiles):
             if i != j and not {mistakes[i].key, mistakes[j].key} & like_reference:
                 assert not L.profiles_agree(a, b), (mistakes[i].sentence, mistakes[j].sentence)
-    spec = L.mask_specs(False)[-1]  # vocab_size 8: every id is drawn about 140 times
+    spec = L._RANGE_MASK_SPECS[0]  # vocab_size 8: every id is drawn about 140 times
     tokens = L.make_mask_tokens(spec, seed=5000)
     never = L._profile(
         check.EXERCISES["bert_mask_tokens"].mistake("randint-high").impl, tokens, spec, 6000
@@ -458,6 +459,13 @@ def test_profiles_of_different_mistakes_do_not_agree():
     )
     assert from_one["never_drawn"] == (0,)
     assert not L.profiles_agree(from_one, right) and not L.profiles_agree(from_one, never)
+    spec = L._RANGE_MASK_SPECS[1]  # vocab_size 8 with special ids 0 to 3 ([MASK] = 3)
+    tokens = L.make_mask_tokens(spec, seed=5000)
+    no_special = L._profile(
+        check.EXERCISES["bert_mask_tokens"].mistake("random-not-special").impl, tokens, spec, 6000
+    )
+    assert no_special["never_drawn"] == (0, 1, 2)
+    assert L._profile(L._ref_mask, tokens, spec, 6000)["never_drawn"] == ()
 
 
 # =============================================================================================

@@ -26,7 +26,7 @@ errors have one cause a student can act on, whatever the exercise; ``name(err)``
   too many written into the odd columns [1::2] of an odd width; a ValueError of the student's own
   whose guard compares with >= where the limit itself is allowed; a head axis added to a mask that
   had no batch axis (its first axis meets the heads);
-- an optional argument's default None used as a number; min()/max() of nothing left;
+- an optional argument's default None used as a number, or made into a tensor; min()/max() of nothing left;
   ``torch.topk`` with k larger than its axis;
 - a CUDA kernel stopped by a device-side assert (an index out of range on a GPU): the process
   cannot use the GPU again, so the sentence says to restart the kernel and rerun on the CPU.
@@ -76,6 +76,10 @@ _DIM_RANGE = re.compile(r"Dimension out of range \(expected to be in range of \[
 _UNPACK = re.compile(r"(too many|not enough) values to unpack \(expected (\d+)")
 _SHAPE_ON_LINE = re.compile(r"\.(shape|size\(\))")
 _NONE_OPERAND = re.compile(r"unsupported operand type\(s\) for .*'NoneType'|'NoneType' object")
+_NONE_TENSOR = re.compile(
+    r"Could not infer dtype of NoneType|received an invalid combination of arguments - got "
+    r"\((?:[^()]*, )?NoneType"
+)
 _EMPTY_MIN = re.compile(r"(min|max)\(\) (arg|iterable argument) is (an )?empty")
 _BROADCAST = re.compile(
     r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\) at non-singleton"
@@ -177,6 +181,13 @@ def name(err: BaseException) -> Named | None:
             "a value that can be None (an optional argument left at its default, such as "
             "n_kv_heads or top_k) is used as a number: handle None first "
             "(`if top_k is not None: ...`, `n_kv = n_heads if n_kv is None else n_kv`)",
+        )
+    if isinstance(err, (TypeError, RuntimeError)) and _NONE_TENSOR.search(text):
+        return (
+            "crash-none-as-tensor",
+            "a value that can be None (an optional argument left at its default, such as "
+            "special_ids or mask) was passed where a tensor belongs (torch.tensor(None), "
+            "torch.isin(x, None)): handle None first (`if special_ids is not None: ...`)",
         )
     if isinstance(err, ValueError) and _EMPTY_MIN.search(text):
         return (

@@ -11,6 +11,7 @@ the first output that differs and asks, in order, whether the student's tensor i
 - the right result with its first or last slice along one axis missing, or one slice too many;
 - the right values repeated (expanded) along an axis that should have size 1;
 - NaN on whole rows only (a softmax over a row of −inf scores);
+- the right result rounded down to whole numbers (a floor division `//` where `/` belongs);
 - a constant multiple of the right one (√d, 1/√d, d, 2, −1 … named);
 - the right slices along one axis in another order (reversed, rolled, halves for interleaved,
   blocks such as heads in reverse), or shifted by one position;
@@ -152,6 +153,7 @@ def _diagnose(g, e, same, sizes) -> Named | None:
     for diagnoser in (
         _precision,
         _nan_rows,
+        _floored,
         _permuted_axes,
         _constant_factor,
         _reordered,
@@ -352,6 +354,23 @@ def _precision(g, e, same) -> Named | None:
         "your result has float32's precision in a float64 case (it is off by about 1e-7 of its "
         "size): part of it is computed in float32, for example torch.arange(...).float() or a "
         "tensor made without dtype=x.dtype; build every tensor in the inputs' dtype",
+    )
+
+
+def _floored(g, e, same) -> Named | None:
+    """The right result rounded down to whole numbers (``a // n`` for ``a / n``), where the right
+    one has a fraction: a floor division, or an int() of a float."""
+    if not e.is_floating_point() or e.numel() == 0 or not g.is_floating_point():
+        return None
+    e_cpu = e.detach().cpu()
+    if not bool(torch.isfinite(e_cpu).all()) or bool((e_cpu == e_cpu.floor()).all()):
+        return None
+    if not _same(same, g, e.detach().floor()) and not _same(same, g, e.detach().trunc()):
+        return None
+    return (
+        "generic-floored",
+        "your result is the right one rounded down to a whole number: `//` is floor division "
+        "(and int() drops the fraction too), so divide with `/`",
     )
 
 

@@ -115,6 +115,18 @@ def _shift_last_zero(idx, pad_id=None):
     return targets
 
 
+def _shift_first_pad_only(idx, pad_id=None):
+    """Only the first target of each row that is pad_id becomes -100 (a search that stops)."""
+    targets = torch.full_like(idx, IGNORE)
+    targets[:, :-1] = idx[:, 1:]
+    if pad_id is not None:
+        for row in targets:
+            hits = (row == pad_id).nonzero()
+            if len(hits):
+                row[hits[0, 0]] = IGNORE
+    return targets
+
+
 def _token_rows(seed: int, B: int, L: int, vocab: int, pad_id: int | None) -> torch.Tensor:
     """Random ids in [0, vocab); with pad_id, rows are right-padded by different amounts."""
     g = torch.Generator().manual_seed(seed)
@@ -243,6 +255,13 @@ shift_targets = Exercise(
             "the targets must have idx's dtype: torch.full(shape, -100) makes int64 whatever "
             "idx is; use torch.full_like(idx, -100) (or pass dtype=idx.dtype).",
             _shift_int64,
+        ),
+        Mistake(
+            "first-pad-only",
+            "only the first padding target of each row became -100: every position whose "
+            "target is pad_id must, targets[targets == pad_id] = -100 (a row may end in several "
+            "[PAD]s).",
+            _shift_first_pad_only,
         ),
     ],
     driver=TrialDriver(

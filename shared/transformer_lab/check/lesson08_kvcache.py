@@ -176,7 +176,25 @@ class _KVHeadsAxis(_RefKVCache):
         return self.k, self.v
 
 
-_GPT_CASE = "a GPT decoding with the cache"  # the last case: not a chunk spec
+class _KVStartsFloat32(_RefKVCache):
+    """Starts from an empty float32 tensor, not None: torch.cat promotes half keys to float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.k, self.v = torch.zeros(0), torch.zeros(0)
+
+    def __len__(self):
+        return 0 if self.k.dim() == 1 else self.k.shape[-2]
+
+    def append(self, k, v):
+        self.k = torch.cat([self.k, k], dim=-2)
+        self.v = torch.cat([self.v, v], dim=-2)
+        return self.k, self.v
+
+
+_GPT_CASE = "a GPT decoding with the cache"  # not a chunk spec
+_HALF_CASE = "half precision"  # the last case: chunks in float16 and bfloat16
+_HALF_SPEC = (2, 2, [3, 1, 2], 4, 4)
 
 
 def _kv_cases(thorough: bool) -> list[tuple[int, object]]:
@@ -185,7 +203,7 @@ def _kv_cases(thorough: bool) -> list[tuple[int, object]]:
     specs = [(2, 3, [4, 1, 1, 2], 5, 5)]
     if thorough:
         specs += [(1, 1, [1, 1, 1], 2, 2), (3, 2, [2, 3, 1, 1], 4, 6), (2, 4, [6, 1, 1], 3, 3)]
-    return [*enumerate(specs), (0, _GPT_CASE)]
+    return [*enumerate(specs), (0, _GPT_CASE), (0, _HALF_CASE)]
 
 
 def _kv_chunks(spec, seed: int, dtype, device) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -295,6 +313,8 @@ def _kv_trial(impl, case: tuple[int, object], setting, call) -> Finding | None:
     device, dtype = setting
     if spec == _GPT_CASE:
         return _kv_model_finding(impl, device, dtype, i, call)
+    if spec == _HALF_CASE:
+        return _kv_half_finding(impl, device, dtype, call)
     label = (
         f"KVCache() then append(k, v) for chunks of {spec[2]} positions, k "
         f"(B={spec[0]}, h={spec[1]}, n, d_k={spec[3]}), v (.., d_v={spec[4]})"
@@ -333,6 +353,42 @@ def _kv_trial(impl, case: tuple[int, object], setting, call) -> Finding | None:
         problem = compare_tensor(rg, sg, f"the gradient with respect to {name}", dtype, device)
         if problem:
             return Finding(problem, where, "gradient")
+    return None
+
+
+def _kv_half_finding(cls, device, dtype, call) -> Finding | int | None:
+    """Keys and values appended in float16 and bfloat16 come back in that dtype (the cache
+    joins, it does not convert). Run once per device, under the float32 setting."""
+    if dtype != torch.float32:
+        return 0
+    B, h, lengths, d_k, d_v = _HALF_SPEC
+    for half in (torch.float16, torch.bfloat16):
+        name = str(half).replace("torch.", "")
+        where = (
+            f"KVCache() then append(k, v) for chunks of {lengths} positions, k (B={B}, h={h}, "
+            f"n, d_k={d_k}), v (.., d_v={d_v}) ({name} on {device.type})"
+        )
+        chunks = _kv_chunks(_HALF_SPEC, 7300, half, device)
+        got = _kv_trace(cls, chunks, call)
+        appended = 0
+        for entry in got:
+            if entry[0] == "error":
+                problem = _kv_entry_problem(("append",), entry, appended, dtype, device)
+                return Finding(problem, where, "half-error", entry[1])
+            if entry[0] != "append":
+                continue
+            appended += 1
+            out = entry[1]
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                continue  # named by the float cases
+            for tensor, what in zip(out, ("keys", "values")):
+                if isinstance(tensor, torch.Tensor) and tensor.dtype != half:
+                    problem = (
+                        f"the cached {what} returned at append number {appended} have dtype "
+                        f"{tensor.dtype}, but the keys and values appended were {half}: the "
+                        "cache must hand them back in the dtype it was given"
+                    )
+                    return Finding(problem, where, "dtype", ("dtype", half, tensor.dtype))
     return None
 
 
@@ -381,11 +437,41 @@ def _new_cache_not_empty(evidence) -> bool:
     )
 
 
+def _values_hold_keys(evidence) -> bool:
+    """Whether a trace first fails at an append whose keys are right and whose values, at every
+    position where they are wrong, are the keys of that position (a copy-paste slip between
+    k and v, or self.k and self.v, whichever part of the values it hit)."""
+    got, j, expected_j, dtype, device = evidence
+    if got[j][0] != "append" or expected_j[0] != "append":
+        return False
+    out, (keys, values) = got[j][1], expected_j[1]
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        return False
+    got_k, got_v = out
+    if not isinstance(got_v, torch.Tensor) or got_v.shape != values.shape:
+        return False
+    if not same_within_tolerance(got_k, keys, dtype, device) or keys.shape[-1] < values.shape[-1]:
+        return False
+    keys = keys[..., : values.shape[-1]]
+    wrong = 0
+    for t in range(values.shape[-2]):
+        if same_within_tolerance(got_v[..., t, :], values[..., t, :], dtype, device):
+            continue
+        if not same_within_tolerance(got_v[..., t, :], keys[..., t, :], dtype, device):
+            return False
+        wrong += 1
+    return wrong > 0
+
+
 def _kv_matches(mine, theirs) -> bool:
     """A failing step: the mistake's whole trace equals the student's, and differs from the
-    reference's where the student's first does."""
+    reference's where the student's first does. Half precision: the same dtype came back."""
     if mine is None or theirs is None:
         return False  # gradients and the GPT name no mistake
+    if not isinstance(mine[0], list) or not isinstance(theirs[0], list):
+        return mine == theirs  # a half-precision finding: ("dtype", given, returned), or an error
+    if _values_hold_keys(mine) and _values_hold_keys(theirs):
+        return True
     if _new_cache_not_empty(mine) and _new_cache_not_empty(theirs):
         return True  # state shared by the instances: the traces depend on what ran before
     got, j, expected_j, dtype, device = mine
@@ -451,7 +537,8 @@ KVCache = Exercise(
         ),
         Mistake(
             "values-from-keys",
-            "the new keys were joined to the stored values (a copy-paste slip): "
+            "the cached values hold keys (a copy-paste slip: k or self.k where v or self.v "
+            "belongs): join the stored values with the new values, "
             "self.v = torch.cat([self.v, v], dim=-2).",
             _KVValuesFromKeys,
         ),
@@ -489,11 +576,20 @@ KVCache = Exercise(
             "self.k.shape[-2].",
             _KVHeadsAxis,
         ),
+        Mistake(
+            "float32-start",
+            "half-precision keys and values came back as float32: the cache starts from a "
+            "float32 tensor (torch.empty(0), torch.zeros(0), torch.tensor([])) and torch.cat "
+            "promotes to the wider dtype; start from None and store the first chunk as it is "
+            "(self.k = k), so that the cache keeps the dtype and device it is given.",
+            _KVStartsFloat32,
+        ),
     ],
     driver=TrialDriver(
         _kv_cases,
         _kv_trial,
-        covered="every append and len, gradients, and a GPT decoding with your cache",
+        covered="every append and len, gradients, a GPT decoding with your cache, and half "
+        "precision",
         matches=_kv_matches,
         settings=settings,
     ),

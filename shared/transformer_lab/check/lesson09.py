@@ -223,6 +223,22 @@ def _mask_int64_labels(tokens, mask_id, vocab_size, p=0.15, generator=None, spec
     return inputs, labels.long()
 
 
+def _mask_random_not_special(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """Random ids drawn above the special ids, from [len(special_ids), vocab_size)."""
+    low = 0 if special_ids is None else len(special_ids)
+    u1, u2, r = _bert.mask_draws(tokens, vocab_size - low, generator)
+    chosen = (u1 < p) & _eligible(tokens, special_ids)
+    to_mask = chosen & (u2 < 0.8)
+    to_random = chosen & (u2 >= 0.8) & (u2 < 0.9)
+    return _corrupt(tokens, mask_id, chosen, to_mask, to_random, r + low)
+
+
+def _mask_labels_inverted(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+    """The labels hold the token where a position was NOT chosen, -100 where it was."""
+    inputs, labels = _ref_mask(tokens, mask_id, vocab_size, p, generator, special_ids)
+    return inputs, torch.where(labels != IGNORE, torch.full_like(labels, IGNORE), tokens)
+
+
 # The cases: shape, vocabulary size, [MASK] id, special ids (None: every position may be chosen),
 # p (None: use the default 0.15), token dtype, whether a generator is passed.
 _VISIBLE_MASK_SPECS = [
@@ -243,7 +259,11 @@ _THOROUGH_MASK_SPECS = [
 
 # The stated range [0, vocab_size), visible too: a small vocabulary, so that every id is drawn as
 # a random token about 140 times (one never drawn betrays torch.randint's exclusive high).
-_RANGE_MASK_SPECS = [dict(shape=(64, 256), V=8, mask_id=1, specials=None, p=0.5)]
+# The second: the special ids are random tokens like any other (only never *chosen*).
+_RANGE_MASK_SPECS = [
+    dict(shape=(64, 256), V=8, mask_id=1, specials=None, p=0.5),
+    dict(shape=(64, 256), V=8, mask_id=3, specials=(0, 1, 2, 3), p=0.5),
+]
 MIN_EXPECTED_DRAWS = 30  # an id expected this often is never missed by chance (p < e^-30)
 
 
@@ -694,6 +714,19 @@ bert_mask_tokens = Exercise(
             "unless told): build it with the dtype of tokens, e.g. torch.full_like(tokens, -100) "
             "or torch.where(chosen, tokens, -100).",
             _mask_int64_labels,
+        ),
+        Mistake(
+            "random-not-special",
+            "the special ids are never drawn as random tokens: they are never *chosen*, but a "
+            "random replacement is uniform over the whole vocabulary, "
+            "torch.randint(0, vocab_size, ...), specials included.",
+            _mask_random_not_special,
+        ),
+        Mistake(
+            "labels-inverted",
+            "the labels are inverted: the original token belongs at the chosen positions and "
+            "-100 at the others, torch.where(chosen, tokens, -100), not the other way round.",
+            _mask_labels_inverted,
         ),
     ],
     driver=TrialDriver(

@@ -144,6 +144,11 @@ def _learn_end_of_word(word_counts, n_merges):
     return _learn(word_counts, n_merges, end_of_word=True)
 
 
+def _learn_one_short(word_counts, n_merges):
+    """One merge fewer than asked (a loop from 1 to n_merges)."""
+    return _learn(word_counts, max(n_merges - 1, 0))
+
+
 def _learn_joined(word_counts, n_merges):
     """Records each merge as its new symbol a + b, not as the pair (a, b)."""
     return ["".join(pair) for pair in _learn(word_counts, n_merges)]
@@ -322,6 +327,13 @@ learn_bpe = Exercise(
             "string a + b: ('a', 'z') comes before ('ab', 'c') though 'abc' < 'az'.",
             _learn_tie_joined,
         ),
+        Mistake(
+            "one-short",
+            "one merge fewer than asked is learned: n_merges merges are n_merges rounds, "
+            "for _ in range(n_merges) (not range(1, n_merges)), stopping early only when no "
+            "pair is left.",
+            _learn_one_short,
+        ),
     ],
     driver=ExactDriver(
         _learn_cases,
@@ -337,7 +349,9 @@ learn_bpe = Exercise(
 # Exercise 4 — bpe_encode(word, ranks) -> [piece, ...]
 
 
-def _encode(word, ranks, *, pick="lowest", once=False, from_right=False, joined_keys=False):
+def _encode(
+    word, ranks, *, pick="lowest", once=False, from_right=False, joined_keys=False, stop=True
+):
     """The algorithm with switches, each switch one catalogued mistake."""
     if joined_keys:  # the pairs looked up as strings a + b, which are no keys of ranks
         ranks = {"".join(pair): rank for pair, rank in ranks.items()}
@@ -345,8 +359,11 @@ def _encode(word, ranks, *, pick="lowest", once=False, from_right=False, joined_
     while len(symbols) > 1:
         pairs = list(zip(symbols, symbols[1:]))
         ranked = [p for p in pairs if p in ranks]
-        if not ranked:
+        if not ranked and stop:
             break
+        if not ranked:  # no pair has a rank, and the first of them is merged all the same
+            symbols = _merge(symbols, pairs[0], from_right=from_right)
+            continue
         if pick == "frequent":  # the most frequent pair in the word, as when learning
             counts = Counter(ranked)
             best = min(counts, key=lambda p: (-counts[p], p))
@@ -384,6 +401,10 @@ def _encode_from_right(word, ranks):
 
 def _encode_joined_keys(word, ranks):
     return _encode(word, ranks, joined_keys=True)
+
+
+def _encode_no_stop(word, ranks):
+    return _encode(word, ranks, stop=False)
 
 
 def _encode_empty_word(word, ranks):
@@ -546,6 +567,13 @@ bpe_encode = Exercise(
             "first): choose only among the pairs in ranks (or default to float('inf')), and "
             "never merge a pair that has no rank.",
             _encode_unranked_merged,
+        ),
+        Mistake(
+            "no-stop",
+            "merging went on once no adjacent pair had a rank (min() with "
+            "ranks.get(pair, float('inf')) still returns a pair): stop when the best pair has "
+            "no rank, so that a word whose pairs are unknown stays in pieces.",
+            _encode_no_stop,
         ),
     ],
     driver=ExactDriver(

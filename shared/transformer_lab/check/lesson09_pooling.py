@@ -63,6 +63,15 @@ def _pool_cls(hidden, attention_mask, normalize=True):
     return _unit(hidden[:, 0], normalize)
 
 
+def _pool_bitwise_not(hidden, attention_mask, normalize=True):
+    """Zeroes the positions where ~attention_mask is nonzero: on 0/1 integers ~ is a bitwise not
+    (~1 = -2, ~0 = -1), so every position is taken for padding."""
+    mask = attention_mask if attention_mask.dtype == torch.bool else attention_mask.long()
+    padding = (~mask != 0).unsqueeze(-1)
+    count = attention_mask.to(hidden.dtype).sum(dim=1).unsqueeze(-1)
+    return _unit(hidden.masked_fill(padding, 0.0).sum(dim=1) / count, normalize)
+
+
 def _pool_cases(thorough: bool) -> list[Case]:
     def case(B, L, d, lengths=None, normalize=True, kind="long", scale=1.0, scattered=False):
         def make(g):
@@ -163,6 +172,13 @@ mean_pool = Exercise(
             "than 1; average the raw hidden vectors, then normalise the mean "
             "(F.normalize(mean, p=2, dim=-1)).",
             _pool_tokens_not_mean,
+        ),
+        Mistake(
+            "bitwise-not-mask",
+            "~ on a mask of 0/1 numbers is a bitwise not (~1 = -2, ~0 = -1, both nonzero), so "
+            "every position was zeroed as padding: find the padding with attention_mask == 0 "
+            "(or make the mask bool first, ~attention_mask.bool()).",
+            _pool_bitwise_not,
         ),
     ],
     # a float attention_mask is data: (mask != 0).to(dtype) is right and has no gradient

@@ -38,6 +38,7 @@ def _wp(
     limit=True,
     unk_each=False,
     shortest_tried=1,
+    longest_tried=0,
 ):
     """The algorithm with switches, each switch one catalogued mistake."""
     if limit and len(word) > max_chars_per_word:
@@ -45,7 +46,8 @@ def _wp(
     pieces, start = [], 0
     while start < len(word):
         low = start + shortest_tried - 1
-        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), low, -1)
+        high = len(word) - longest_tried
+        ends = range(start + 1, len(word) + 1) if shortest else range(high, low, -1)
         piece = None
         for end in ends:
             candidate = (first if start == 0 else prefix) + word[start:end]
@@ -85,6 +87,10 @@ def _wp_unk_each(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
 
 def _wp_no_single(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
     return _wp(word, vocab, unk_token, max_chars_per_word, shortest_tried=2)
+
+
+def _wp_no_whole_rest(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
+    return _wp(word, vocab, unk_token, max_chars_per_word, longest_tried=1)
 
 
 def _wp_unk_string(word, vocab, unk_token="[UNK]", max_chars_per_word=100):
@@ -295,6 +301,13 @@ wordpiece_tokenize = Exercise(
             "the START, the longest piece beginning at `start`, then the longest '##' piece "
             "after it.",
             _wp_from_right,
+        ),
+        Mistake(
+            "rest-never-tried",
+            "the longest candidate, the whole rest of the word word[start:], is never tried: "
+            "a slice stops before its end, so the ends run from len(word) down, "
+            "range(len(word), start, -1), not from len(word) - 1.",
+            _wp_no_whole_rest,
         ),
     ],
     driver=TrialDriver(_wordpiece_cases, _wordpiece_trial, covered="every word, exact pieces"),

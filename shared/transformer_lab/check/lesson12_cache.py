@@ -32,7 +32,7 @@ def _cache_bug(bug: str):
             * kv
             * per_head
             * (1 if bug == "no-batch" else batch)
-            * length
+            * (length - 1 if bug == "length-minus-one" else length)
             * dtype_bytes
         )
         if bug == "gib":
@@ -162,6 +162,12 @@ kv_cache_bytes = Exercise(
             "the factor is 3, as if the queries were cached too: only the keys and values are "
             "kept (a new token's query is used once, at its own step), so the factor is 2.",
             _cache_bug("factor-3"),
+        ),
+        Mistake(
+            "length-minus-one",
+            "one token too few is cached (length - 1, as if the newest token had no key and "
+            "value yet): every one of the length tokens keeps its key and value.",
+            _cache_bug("length-minus-one"),
         ),
     ],
     driver=ExactDriver(

@@ -39,6 +39,10 @@ def _features_bug(bug: str):
         m, d = omega.shape
         if bug == "norm-outside":  # exp(ω·x) / √m − |x|²/2: the norm term outside the exp
             return torch.exp(x @ omega.T) / math.sqrt(m) - squared / 2
+        if bug == "omega-untransposed":  # omega's columns, (m, d) taken as (d, m)
+            return torch.exp(x @ omega - norm_term) / math.sqrt(m)
+        if bug == "scale-inside":  # exp(ω·x / √m − |x|²/2): the 1/√m put inside the exp
+            return torch.exp(x @ omega.T / math.sqrt(m) - norm_term)
         features = torch.exp(x @ omega.T - norm_term)
         divisor = {"no-sqrt-m": 1.0, "divided-by-m": m, "sqrt-d": math.sqrt(d)}
         return features / divisor.get(bug, math.sqrt(m))
@@ -186,6 +190,18 @@ positive_random_features = Exercise(
             "is the squared norm of x, (x * x).sum(-1, keepdim=True) / 2, the same for every "
             "direction.",
             _features_bug("omega-norm"),
+        ),
+        Mistake(
+            "omega-untransposed",
+            "x @ omega multiplies x by omega's columns: omega holds one direction ω_i per row, "
+            "(m, d), so the projections are x @ omega.T, shape (..., m).",
+            _features_bug("omega-untransposed"),
+        ),
+        Mistake(
+            "scale-inside",
+            "the 1/√m went inside the exponential (exp(ω·x / √m − |x|²/2)): it scales the "
+            "features, not the projections, φ(x) = exp(ω·x − |x|²/2) / √m.",
+            _features_bug("scale-inside"),
         ),
     ],
     driver=CustomDriver(_check),

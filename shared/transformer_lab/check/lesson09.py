@@ -717,8 +717,8 @@ bert_mask_tokens = Exercise(
         ),
         Mistake(
             "random-not-special",
-            "the special ids are never drawn as random tokens: they are never *chosen*, but a "
-            "random replacement is uniform over the whole vocabulary, "
+            "the special ids are never drawn as random tokens: they are never chosen for "
+            "masking, but a random replacement is uniform over the whole vocabulary, "
             "torch.randint(0, vocab_size, ...), specials included.",
             _mask_random_not_special,
         ),

@@ -58,6 +58,7 @@ def causal_mask_arange_flipped(n):
 # ---------------------------------------------------------------- alpha_22
 # Row 2 (counting from 1) is (1, 1, -1, 0); the causal mask keeps keys 1 and 2: e / (e + e) = 1/2.
 
+
 class Answer(float):
     """A number for alpha_22 that carries a name and a one-line docstring (for the benchmark's rows)."""
 
@@ -91,7 +92,9 @@ WRONG_ALPHAS = [
         "alpha_22_mask_transposed",
         "Wrong: the mask transposed (keys j >= i survive): e / (e + e^-1 + 1).",
     ),
-    answer(1 / 3, "alpha_22_uniform_three", "Wrong: uniform over the three keys a 0-indexed row keeps."),
+    answer(
+        1 / 3, "alpha_22_uniform_three", "Wrong: uniform over the three keys a 0-indexed row keeps."
+    ),
     answer(0.25, "alpha_22_uniform_four", "Wrong: uniform over all four keys, the scores ignored."),
     answer(50.0, "alpha_22_percent", "Wrong: the right weight given as a percentage (50)."),
 ]

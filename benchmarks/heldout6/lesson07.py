@@ -102,9 +102,7 @@ class DecoderBlockNormsMemory(_DecoderBlockBase):
     def forward(self, x, memory, self_mask=None, memory_mask=None):
         if self.norm_first:
             x = x + self.self_attn(self.norm1(x), mask=self_mask)
-            x = x + self.cross_attn(
-                self.norm2(x), context=self.norm2(memory), mask=memory_mask
-            )
+            x = x + self.cross_attn(self.norm2(x), context=self.norm2(memory), mask=memory_mask)
             x = x + self.ffn(self.norm3(x))
         else:
             x = self.norm1(x + self.self_attn(x, mask=self_mask))
@@ -478,7 +476,10 @@ def length_normalised_score_counts_bos(log_probs, lengths, alpha):
 
 def length_normalised_score_python_loop(log_probs, lengths, alpha):
     """Wrong: a Python loop over tolist(): a new float32 1-D tensor, no gradient, shape lost."""
-    scores = [lp / length**alpha for lp, length in zip(log_probs.reshape(-1).tolist(), lengths.reshape(-1).tolist())]
+    scores = [
+        lp / length**alpha
+        for lp, length in zip(log_probs.reshape(-1).tolist(), lengths.reshape(-1).tolist())
+    ]
     return torch.tensor(scores)
 
 

@@ -1,7 +1,5 @@
 """Lesson 08 (GPT): held-out wrong and right implementations, from the exercise text only (sixth set)."""
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -747,7 +745,9 @@ class _Answer(str):
         return obj
 
 
-PRACTICE_RIGHT = _Answer("C", "practice_C", "Right: a learned position table has no row past n_positions.")
+PRACTICE_RIGHT = _Answer(
+    "C", "practice_C", "Right: a learned position table has no row past n_positions."
+)
 PRACTICE_RIGHT2 = _Answer("C", "practice_C_again", "Right: the same letter, C.")
 PRACTICE_A = _Answer("A", "practice_A", "Wrong: A, attention dearer than the FFN at d=512, L=128.")
 PRACTICE_B = _Answer("B", "practice_B", "Wrong: B, multi-head costs more than single-head.")

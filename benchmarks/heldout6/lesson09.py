@@ -70,7 +70,9 @@ def bert_mask_tokens_inplace(tokens, mask_id, vocab_size, p=0.15, generator=None
     return inputs, labels
 
 
-def bert_mask_tokens_int64_labels(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_int64_labels(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: labels start from torch.full(shape, -100), int64 whatever tokens' dtype."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -93,7 +95,9 @@ def bert_mask_tokens_fixed_p(tokens, mask_id, vocab_size, p=0.15, generator=None
     return bert_mask_tokens_right(tokens, mask_id, vocab_size, 0.15, generator, special_ids)
 
 
-def bert_mask_tokens_randint_exclusive(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_randint_exclusive(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: randint(0, vocab_size - 1) as if the high end were inclusive: the last id never drawn."""
     dev = tokens.device
     chosen = torch.rand(tokens.shape, generator=generator, device=dev) < p
@@ -109,7 +113,9 @@ def bert_mask_tokens_randint_exclusive(tokens, mask_id, vocab_size, p=0.15, gene
     return inputs, labels
 
 
-def bert_mask_tokens_random_not_special(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_random_not_special(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: the random tokens are drawn from [len(special_ids), vocab_size), never a special."""
     low = len(special_ids) if special_ids is not None else 0
     dev = tokens.device
@@ -142,7 +148,9 @@ def bert_mask_tokens_one_u(tokens, mask_id, vocab_size, p=0.15, generator=None, 
     return inputs, labels
 
 
-def bert_mask_tokens_none_specials(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_none_specials(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: torch.tensor(special_ids) unconditionally, which fails when special_ids is None."""
     dev = tokens.device
     special = torch.isin(tokens, torch.tensor(special_ids, device=dev))
@@ -158,7 +166,9 @@ def bert_mask_tokens_none_specials(tokens, mask_id, vocab_size, p=0.15, generato
     return inputs, labels
 
 
-def bert_mask_tokens_split_on_p(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_split_on_p(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: reuses the choosing draw r for the split (r < 0.8 etc.): every chosen r < p is [MASK]."""
     dev = tokens.device
     r = torch.rand(tokens.shape, generator=generator, device=dev)
@@ -173,7 +183,9 @@ def bert_mask_tokens_split_on_p(tokens, mask_id, vocab_size, p=0.15, generator=N
     return inputs, labels
 
 
-def bert_mask_tokens_labels_unchosen(tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None):
+def bert_mask_tokens_labels_unchosen(
+    tokens, mask_id, vocab_size, p=0.15, generator=None, special_ids=None
+):
     """Wrong: labels keep the token where it was NOT chosen (the -100 mask is inverted)."""
     inputs, labels = bert_mask_tokens_right(tokens, mask_id, vocab_size, p, generator, special_ids)
     chosen = labels != -100
@@ -518,8 +530,11 @@ def bpe_encode_first_occurrence(word, ranks):
     """Wrong: merges only the first occurrence of the lowest-rank pair per round."""
     symbols = list(word)
     while len(symbols) > 1:
-        ranked = [(ranks[(symbols[i], symbols[i + 1])], i) for i in range(len(symbols) - 1)
-                  if (symbols[i], symbols[i + 1]) in ranks]
+        ranked = [
+            (ranks[(symbols[i], symbols[i + 1])], i)
+            for i in range(len(symbols) - 1)
+            if (symbols[i], symbols[i + 1]) in ranks
+        ]
         if not ranked:
             break
         _, i = min(ranked)

@@ -204,7 +204,9 @@ def cls_attention_map_right2(weights, grid):
     """Right: einsum with a 1/h vector over the heads, then unflatten (grid may be a list)."""
     h = weights.shape[1]
     avg = torch.full((h,), 1.0 / h, dtype=weights.dtype, device=weights.device)
-    cls_row = torch.einsum("bhn,h->bn", weights.select(2, 0).narrow(-1, 1, weights.shape[-1] - 1), avg)
+    cls_row = torch.einsum(
+        "bhn,h->bn", weights.select(2, 0).narrow(-1, 1, weights.shape[-1] - 1), avg
+    )
     return cls_row.unflatten(-1, tuple(grid))
 
 

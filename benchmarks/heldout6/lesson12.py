@@ -169,14 +169,19 @@ def tiled_attention_right2(q, k, v, mask=None, block_size=64):
             continue
         new = torch.logaddexp(lse, b_lse)
         new_safe = torch.where(torch.isneginf(new), 0, new)
-        out = out * torch.exp(lse - new_safe)[..., None] + b_out * torch.exp(b_lse - new_safe)[..., None]
+        out = (
+            out * torch.exp(lse - new_safe)[..., None]
+            + b_out * torch.exp(b_lse - new_safe)[..., None]
+        )
         lse = new
     return out
 
 
 def tiled_attention_scale_dv(q, k, v, mask=None, block_size=64):
     """Wrong: the scores are divided by sqrt(d_v) (v.shape[-1]) instead of sqrt(d_k)."""
-    return tiled_attention_right(q * math.sqrt(q.shape[-1]) / math.sqrt(v.shape[-1]), k, v, mask, block_size)
+    return tiled_attention_right(
+        q * math.sqrt(q.shape[-1]) / math.sqrt(v.shape[-1]), k, v, mask, block_size
+    )
 
 
 def tiled_attention_slices_keepdim_mask(q, k, v, mask=None, block_size=64):
@@ -304,18 +309,24 @@ def kv_cache_bytes_right(n_layers, n_heads, d_head, batch, length, dtype_bytes, 
 def kv_cache_bytes_right2(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
     """Right: bytes per token (K and V of every layer) times the tokens, via functools.reduce, cast to int."""
     per_token = functools.reduce(
-        operator.mul, (n_layers, n_heads if n_kv_heads is None else n_kv_heads, d_head, dtype_bytes), 2
+        operator.mul,
+        (n_layers, n_heads if n_kv_heads is None else n_kv_heads, d_head, dtype_bytes),
+        2,
     )
     tokens = batch * length
     return int(per_token) * int(tokens)
 
 
-def kv_cache_bytes_ignores_kv(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+def kv_cache_bytes_ignores_kv(
+    n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None
+):
     """Wrong: the n_kv_heads argument is ignored, every query head is cached."""
     return 2 * n_layers * n_heads * d_head * batch * length * dtype_bytes
 
 
-def kv_cache_bytes_group_size(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+def kv_cache_bytes_group_size(
+    n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None
+):
     """Wrong: uses the group size n_heads // n_kv_heads as the number of cached heads."""
     n_kv = n_heads if n_kv_heads is None else n_heads // n_kv_heads
     return 2 * n_layers * n_kv * d_head * batch * length * dtype_bytes
@@ -328,7 +339,9 @@ def kv_cache_bytes_float(n_layers, n_heads, d_head, batch, length, dtype_bytes, 
     return gb * 1e9
 
 
-def kv_cache_bytes_past_only(n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None):
+def kv_cache_bytes_past_only(
+    n_layers, n_heads, d_head, batch, length, dtype_bytes, n_kv_heads=None
+):
     """Wrong: caches length - 1 "past" tokens instead of length tokens."""
     n_kv = n_heads if n_kv_heads is None else n_kv_heads
     return 2 * n_layers * n_kv * d_head * batch * (length - 1) * dtype_bytes
@@ -463,7 +476,13 @@ WRONG = {
         kv_cache_bytes_bits,
         kv_cache_bytes_d_model,
     ],
-    "repeat_kv": [repeat_kv_tiled, repeat_kv_view, repeat_kv_none_first, repeat_kv_no_dim, repeat_kv_positions],
+    "repeat_kv": [
+        repeat_kv_tiled,
+        repeat_kv_view,
+        repeat_kv_none_first,
+        repeat_kv_no_dim,
+        repeat_kv_positions,
+    ],
     "positive_random_features": [
         prf_no_keepdim,
         prf_mean_square,

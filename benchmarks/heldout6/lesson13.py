@@ -14,7 +14,9 @@ def clip_loss_right(image_features, text_features, logit_scale):
     t = F.normalize(text_features, dim=-1)
     logits_per_image = logit_scale.exp() * i @ t.T
     labels = torch.arange(i.shape[0], device=i.device)
-    return (F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_image.T, labels)) / 2
+    return (
+        F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_image.T, labels)
+    ) / 2
 
 
 def clip_loss_right2(image_features, text_features, logit_scale):
@@ -53,7 +55,9 @@ def clip_loss_no_transpose(image_features, text_features, logit_scale):
     logits_per_image = _logits(image_features, text_features, logit_scale.exp())
     logits_per_text = logits_per_image
     labels = torch.arange(len(logits_per_image))
-    return (F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_text, labels)) / 2
+    return (
+        F.cross_entropy(logits_per_image, labels) + F.cross_entropy(logits_per_text, labels)
+    ) / 2
 
 
 def clip_loss_scale_item(image_features, text_features, logit_scale):
@@ -74,7 +78,9 @@ def clip_loss_sum(image_features, text_features, logit_scale):
     """Wrong: reduction="sum" in both cross-entropies (summed over the batch, not a mean)."""
     logits = _logits(image_features, text_features, logit_scale.exp())
     labels = torch.arange(len(logits))
-    ce = F.cross_entropy(logits, labels, reduction="sum") + F.cross_entropy(logits.T, labels, reduction="sum")
+    ce = F.cross_entropy(logits, labels, reduction="sum") + F.cross_entropy(
+        logits.T, labels, reduction="sum"
+    )
     return ce / 2
 
 

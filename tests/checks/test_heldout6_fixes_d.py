@@ -236,3 +236,34 @@ def test_mutant_without_the_unseeded_step_passes_it(monkeypatch):
 @pytest.mark.parametrize("impl", x.RIGHT3["sample_next"], ids=lambda f: f.__name__)
 def test_right_samplers_in_other_styles_still_pass(impl):
     assert check.sample_next(impl) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Lesson 10's reproducibility probe: code drawing from a source the check cannot seed.
+
+
+def _unlucky_rotation():
+    """A rotation that ignores `generator` (as with Python's `random`), caught in the run where
+    its first two probe pairs happened to agree (a browser walk met this): the same start for the
+    generators seeded 11 and 12, then starts that move on with every call."""
+    calls = iter(range(10**9))
+
+    def document_rotation(tokens, generator=None):
+        seed = generator.initial_seed() if generator is not None else None
+        n = max(tokens.numel(), 1)
+        k = 5 % n if seed in (11, 12) else next(calls) % n
+        return torch.cat([tokens[k:], tokens[:k]])
+
+    return document_rotation
+
+
+def test_a_rotation_that_ignores_the_generator_fails_even_when_two_probes_agree():
+    with pytest.raises(check.CheckFailed, match="draw every random number from `generator`"):
+        check.document_rotation(_unlucky_rotation())
+
+
+def test_mutant_two_probe_seeds_let_it_through(monkeypatch):
+    from transformer_lab.check import lesson10_properties
+
+    monkeypatch.setattr(lesson10_properties, "REPRODUCIBLE_SEEDS", (11, 12))
+    assert check.document_rotation(_unlucky_rotation()) is None

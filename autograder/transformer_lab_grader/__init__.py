@@ -27,22 +27,19 @@ The package's map, in the order a submission meets it. Imports go one way, down 
 - Formats: `records` (record and CSV), `failures` (a failed check as data), `notebook_format`
   (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`.
 
-Importing nbformat imports jsonschema, whose optional checks of the "iri" and "uri" string
-formats import `rfc3987_syntax` and `rfc3986_validator`, which build parsers at import: about
-2 CPU s in every process that reads a notebook (the grader, each grading job). Notebook schemas
-never use those formats, so they are left out here (jsonschema skips a format whose module is
-missing); nothing else changes.
+Importing nbformat imports jsonschema, whose optional "iri" format check builds a grammar at
+import (about 2 CPU s in every process that reads a notebook: the grader, each grading job);
+`notebook_cells.skip_slow_format_checks` leaves it out before anything here imports nbformat.
 
 The grader's frames count as the course package's in a student's traceback
 (`registry.add_machinery`), as they did when the grader was its subpackage `instructor/`.
 """
 
-import sys
 from pathlib import Path
 
-for _name in ("rfc3987_syntax", "rfc3986_validator"):
-    sys.modules.setdefault(_name, None)  # type: ignore[assignment]
+from transformer_lab import registry
+from transformer_lab.notebook_cells import skip_slow_format_checks
 
-from transformer_lab import registry  # noqa: E402 (the lines above come first)
+skip_slow_format_checks()  # before any grader module imports nbformat
 
 registry.add_machinery(Path(__file__).resolve().parent)

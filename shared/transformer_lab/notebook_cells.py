@@ -6,11 +6,23 @@
   ``HIDDEN_TESTS_END``), which a released exercise never holds.
 
 Cells may be ``nbformat`` nodes or plain dicts (a notebook read as JSON).
+
+And ``skip_slow_format_checks``, called before nbformat is imported: nbformat imports jsonschema,
+whose optional checks of the "iri" and "uri" string formats import ``rfc3987_syntax`` and
+``rfc3986_validator`` where they are installed (JupyterLab's ``jsonschema[format-nongpl]`` installs
+them). The first builds a grammar at import: about 2 CPU s in every process that reads or runs a
+notebook (the grader and each grading job; presubmit in the student's kernel; generation).
+Notebook schemas never use those formats, so they are left out (jsonschema skips a format whose
+module is missing); nothing else changes.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+
+# jsonschema's optional format checkers that notebooks never need (see the module docstring).
+SLOW_FORMAT_CHECK_MODULES = ("rfc3987_syntax", "rfc3986_validator")
 
 HIDDEN_TESTS_BEGIN = "### BEGIN HIDDEN TESTS"
 HIDDEN_TESTS_END = "### END HIDDEN TESTS"
@@ -18,6 +30,14 @@ HIDDEN_TESTS_END = "### END HIDDEN TESTS"
 HIDDEN_TESTS_BLOCK = re.compile(
     rf"[ \t]*{HIDDEN_TESTS_BEGIN}\n(.*?){HIDDEN_TESTS_END}[^\n]*\n?", re.S
 )
+
+
+def skip_slow_format_checks() -> None:
+    """Before nbformat (or nbclient, nbgrader) is first imported in this process: jsonschema then
+    leaves out the "iri" and "uri" format checks (no import of their 2-second grammar). A module
+    already imported is left as it is."""
+    for name in SLOW_FORMAT_CHECK_MODULES:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: "not installed"
 
 
 def cell_source(cell: dict) -> str:

@@ -29,9 +29,13 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
+from transformer_lab.notebook_cells import skip_slow_format_checks
 
-from transformer_lab.lab_kernel import KERNELSPEC, LANGUAGE_INFO
+skip_slow_format_checks()  # before nbformat: jsonschema's 2-second "iri" grammar left out
+
+import nbformat  # noqa: E402 (after skip_slow_format_checks)
+
+from transformer_lab.lab_kernel import KERNELSPEC, LANGUAGE_INFO  # noqa: E402
 
 SETUP_ID = "colab-setup"
 COLAB = "https://colab.research.google.com/github"

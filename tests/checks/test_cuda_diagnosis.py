@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import compare, crashes, drivers
+from transformer_lab.check import answer_drivers, compare, crashes, drivers
 from transformer_lab.check.devices import CHECK_DEVICES_ENV
 from transformer_lab.check.drivers import CustomDriver
 from transformer_lab.check.exercise import Mistake
@@ -230,7 +230,7 @@ def test_a_trial_diagnosis_runs_each_mistake_on_the_cpu_first():
         device = setting[0]
         seen.append((impl.__name__, device.type))
         call(lambda: impl(device))
-        return drivers.Finding("wrong", "a case", "tag", "evidence")
+        return answer_drivers.Finding("wrong", "a case", "tag", "evidence")
 
     def indexes_out_of_range(device):
         if device.type == "cpu":
@@ -246,8 +246,8 @@ def test_a_trial_diagnosis_runs_each_mistake_on_the_cpu_first():
         ],
         reference=None,
     )
-    driver = drivers.TrialDriver(lambda thorough: [0], trial)
-    finding = drivers.Finding("wrong", "a case", "tag", "evidence")
+    driver = answer_drivers.TrialDriver(lambda thorough: [0], trial)
+    finding = answer_drivers.Finding("wrong", "a case", "tag", "evidence")
     named = driver._name(ex, 0, (torch.device("meta"), torch.float64), finding)
     assert named is not None and named.key == "same"
     assert seen == [

@@ -765,7 +765,7 @@ def test_exactly_equal_is_false_not_a_crash_for_arrays_against_tensors():
     the check names it instead of crashing with "Boolean value of Tensor ... is ambiguous"."""
     import numpy as np
 
-    from transformer_lab.check.drivers import exactly_equal
+    from transformer_lab.check.answer_drivers import exactly_equal
 
     mask = torch.ones(3, dtype=torch.bool)
     assert exactly_equal(np.ones(3, bool), mask) is False

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import drivers
+from transformer_lab.check import answer_drivers, drivers
 from transformer_lab.check import lesson06 as checks06
 
 EX = check.EXERCISES["padding_mask"]
@@ -24,13 +24,13 @@ def padding_in_place(tokens, pad_id):
 
 def _positional(thorough):
     return [
-        drivers.Call((c.kwargs["tokens"], c.kwargs["pad_id"]), label=c.label)
+        answer_drivers.Call((c.kwargs["tokens"], c.kwargs["pad_id"]), label=c.label)
         for c in checks06._padding_cases(thorough)
     ]
 
 
 def _driver(cases=checks06._padding_cases, in_place=None):
-    return drivers.ExactDriver(
+    return answer_drivers.ExactDriver(
         cases, equal=checks06._identical, describe=checks06._describe, in_place=in_place
     )
 
@@ -69,8 +69,8 @@ def test_a_right_function_runs_once_per_case():
 
 
 def test_mutant_without_copies_lets_the_in_place_function_through(monkeypatch):
-    monkeypatch.setattr(drivers, "_own_copies", lambda inputs: inputs)
-    monkeypatch.setattr(drivers, "_require_unchanged", lambda *args, **kwargs: None)
+    monkeypatch.setattr(drivers, "own_copies", lambda inputs: inputs)
+    monkeypatch.setattr(drivers, "require_unchanged", lambda *args, **kwargs: None)
     assert _driver().run(EX, padding_in_place, False) > 0
 
 
@@ -79,5 +79,5 @@ def test_a_variadic_reference_falls_back_to_positions():
         def reference(*args):  # noqa: N805
             return args
 
-    named = drivers._named_arguments(Ex, (torch.tensor([1]), 2), {"k": 3})
+    named = drivers.named_arguments(Ex, (torch.tensor([1]), 2), {"k": 3})
     assert list(named) == ["argument 1", "argument 2", "k"]

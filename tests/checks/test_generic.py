@@ -10,7 +10,7 @@ import torch
 
 from transformer_lab import check
 from transformer_lab.check import compare, generic
-from transformer_lab.check.drivers import exactly_equal
+from transformer_lab.check.answer_drivers import exactly_equal
 
 CPU = torch.device("cpu")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from transformer_lab import check
-from transformer_lab.check import drivers
+from transformer_lab.check import answer_drivers, drivers
 from transformer_lab.check import lesson05 as checks05
 from transformer_lab.check import lesson05_block as checks05_block
 from transformer_lab.check import lesson06 as checks06
@@ -79,7 +79,7 @@ def test_greedy_decode_without_source_mask_is_named():
 
 
 def test_mutant_unpadded_sources_let_a_missing_source_mask_through():
-    old = drivers.TrialDriver(
+    old = answer_drivers.TrialDriver(
         lambda thorough: checks07._greedy_grid(False)[:2],
         checks07._greedy_trial,
         matches=checks07._equal,
@@ -98,9 +98,9 @@ def test_padding_mask_in_place_is_named_as_such():
 
 def test_mutant_exact_comparison_alone_calls_it_an_inverted_mask(monkeypatch):
     """The driver as it was: the student given the caller's tokens, no in-place check."""
-    monkeypatch.setattr(drivers, "_own_copies", lambda inputs: inputs)
-    monkeypatch.setattr(drivers, "_require_unchanged", lambda *args, **kwargs: None)
-    old = drivers.ExactDriver(
+    monkeypatch.setattr(drivers, "own_copies", lambda inputs: inputs)
+    monkeypatch.setattr(drivers, "require_unchanged", lambda *args, **kwargs: None)
+    old = answer_drivers.ExactDriver(
         checks06._padding_cases, equal=checks06._identical, describe=checks06._describe
     )
     with pytest.raises(check.CheckFailed) as info:

@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import drivers, lesson08_kvcache, lesson10_rotation
+from transformer_lab.check import answer_drivers, drivers, lesson08_kvcache, lesson10_rotation
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from heldout3 import lesson08, lesson10, lesson11  # noqa: E402
@@ -76,8 +76,8 @@ def test_mutant_shift_cases_all_int64_let_int64_targets_through(monkeypatch):
 
 
 def test_mutant_ids_moved_without_a_copy_crash_the_reference_on_in_place_targets(monkeypatch):
-    monkeypatch.setattr(drivers, "_own_copies", lambda inputs: inputs)
-    monkeypatch.setattr(drivers, "_require_unchanged", lambda *args: None)
+    monkeypatch.setattr(drivers, "own_copies", lambda inputs: inputs)
+    monkeypatch.setattr(drivers, "require_unchanged", lambda *args: None)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         check.lm_loss(lesson08.lm_in_place_targets)
 
@@ -116,8 +116,8 @@ def test_one_call_without_a_generator_cannot_tell_a_fresh_generator():
 
 def test_patchify_error_must_quote_the_sizes_but_any_wording_passes():
     # the mutant: a ValueError of any message accepted, as before
-    outcome = drivers.RaisesDriver(lambda t: []).outcome
-    reject = drivers.Reject("case", lambda impl: impl(), ("6", "4"))
+    outcome = answer_drivers.RaisesDriver(lambda t: []).outcome
+    reject = answer_drivers.Reject("case", lambda impl: impl(), ("6", "4"))
 
     def vague():
         raise ValueError("bad image size")
@@ -127,7 +127,7 @@ def test_patchify_error_must_quote_the_sizes_but_any_wording_passes():
 
     assert outcome(vague, reject)[0] == "vague"
     assert outcome(quoted, reject)[0] == "ValueError"
-    assert outcome(vague, drivers.Reject("case", lambda impl: impl()))[0] == "ValueError"
+    assert outcome(vague, answer_drivers.Reject("case", lambda impl: impl()))[0] == "ValueError"
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from transformer_lab import check
-from transformer_lab.check import drivers
+from transformer_lab.check import answer_drivers, drivers
 from transformer_lab.check import lesson04 as checks04
 from transformer_lab.check import lesson06 as checks06
 
@@ -100,9 +100,9 @@ def test_a_module_changing_its_float_input_in_place_is_named():
 def test_an_input_left_alone_passes_with_nan_and_infinities():
     """A copy the student left alone keeps NaN where NaN was (NaN != NaN is no change)."""
     given = {"a": torch.tensor([float("nan"), float("-inf"), 1.0]), "n": torch.tensor([1, 2])}
-    own = drivers._own_copies(given)
+    own = drivers.own_copies(given)
     assert own["a"] is not given["a"] and own["n"] is not given["n"]
-    drivers._require_unchanged(check.EXERCISES["rotary_embedding"], given, own, "case")
+    drivers.require_unchanged(check.EXERCISES["rotary_embedding"], given, own, "case")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,9 +210,9 @@ def test_padding_mask_greater_than_pad_is_named():
 def test_mutant_mistakes_sharing_the_inputs_spoil_those_after_an_in_place_one(monkeypatch):
     """The driver as it was: every mistake ran on the case's own tokens, so "tokens-changed"
     (before "above-pad") left them 0/1 for the rest."""
-    monkeypatch.setattr(drivers, "_own_copies", lambda inputs: dict(inputs))
-    monkeypatch.setattr(drivers, "_require_unchanged", lambda *args: None)
-    old = drivers.ExactDriver(
+    monkeypatch.setattr(drivers, "own_copies", lambda inputs: dict(inputs))
+    monkeypatch.setattr(drivers, "require_unchanged", lambda *args: None)
+    old = answer_drivers.ExactDriver(
         checks06._padding_cases, equal=checks06._identical, describe=checks06._describe
     )
     with pytest.raises(check.CheckFailed) as info:

@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from transformer_lab import check
-from transformer_lab.check import answers, crashes, drivers, generic
+from transformer_lab.check import answer_drivers, answers, crashes, generic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from heldout5 import lesson01, lesson03, lesson05, lesson06, lesson07  # noqa: E402
@@ -176,7 +176,7 @@ def test_another_lookup_is_named():
 
 
 def test_mutant_without_the_lookup_diagnoser_names_nothing(monkeypatch):
-    monkeypatch.setattr(drivers, "_lookup_error", lambda *args: None)
+    monkeypatch.setattr(answer_drivers, "_lookup_error", lambda *args: None)
     assert key_of(check.sequential_steps, _wrong(lesson01, "steps_dict_lookup")) is None
 
 

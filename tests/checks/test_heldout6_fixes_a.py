@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab import check
-from transformer_lab.check import drivers, lesson05, lesson06, parameters
+from transformer_lab.check import answer_drivers, lesson05, lesson06, parameters
 from transformer_lab.check import lesson01 as lesson01_checks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -331,7 +331,7 @@ def test_other_uniform_answers_are_named(value):
 
 def _old_causal_cases(thorough):
     sizes = [3, 5, 1] if not thorough else [2, 3, 4, 5, 7, 8, 16, 31, 64, 0, 1]
-    return [drivers.Call((), {"n": n}, label=f"causal_mask({n})") for n in sizes]
+    return [answer_drivers.Call((), {"n": n}, label=f"causal_mask({n})") for n in sizes]
 
 
 @pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])

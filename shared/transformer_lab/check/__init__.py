@@ -8,8 +8,9 @@ scaled_dot_product_attention)``; the hidden tests add ``thorough=True``.
   catalogued mistake a wrong result matches), and practice questions (``practice``);
 - ``compare``: tolerances per dtype and device, comparing outputs and gradients;
 - ``devices``: the devices and dtypes a check runs on, and float32 without TF32;
-- ``drivers``: how an exercise is run (``FunctionDriver``, ``ModuleDriver``, ``ExactDriver``,
-  ``RaisesDriver``, ``TrialDriver``, ``CustomDriver``) on identical inputs and weights;
+- ``drivers``: how an exercise is run (``FunctionDriver``, ``ModuleDriver``, ``CustomDriver``) on
+  identical inputs and weights; ``answer_drivers``: those judged by the answer (``ExactDriver``,
+  ``RaisesDriver``, ``TrialDriver``);
 - ``forbid``: the built-ins and references switched off while the student's code runs;
 - ``feedback``: how a failed check looks in a notebook (a short message, the student's own frames;
   one line for an exercise not written yet);
@@ -35,19 +36,10 @@ import pkgutil
 import re
 
 from ..registry import EXERCISES, grading_mode
+from .answer_drivers import Call, ExactDriver, Finding, RaisesDriver, Reject, TrialDriver
 from .compare import TOLERANCES
 from .devices import available_devices, exact_float32
-from .drivers import (
-    Call,
-    CustomDriver,
-    ExactDriver,
-    Finding,
-    FunctionDriver,
-    ModuleDriver,
-    RaisesDriver,
-    Reject,
-    TrialDriver,
-)
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver
 from .exercise import PRACTICE, CheckFailed, Exercise, Mistake, NotWrittenYet, fail
 from .forbid import ImplementThisYourself, forbid
 from .stub_cells import install as _install_stub_handler

@@ -8,16 +8,9 @@ import math
 import torch
 
 from .. import rnn as _rnn
+from .answer_drivers import Call, ExactDriver, RaisesDriver, Reject, exactly_equal
 from .answers import letters, plain_number, unanswered
-from .drivers import (
-    Call,
-    CustomDriver,
-    ExactDriver,
-    ModuleDriver,
-    RaisesDriver,
-    Reject,
-    exactly_equal,
-)
+from .drivers import CustomDriver, ModuleDriver
 from .exercise import Case, CheckFailed, Exercise, Mistake, fail, practice
 
 __all__ = ["RNN", "practice_drop_in", "practice_john", "sequential_steps"]

@@ -8,15 +8,9 @@ import math
 import torch
 
 from .. import positional as _positional
+from .answer_drivers import RaisesDriver, Reject
 from .compare import TOLERANCES, compare_tensor, same_within_tolerance
-from .drivers import (
-    CustomDriver,
-    FunctionDriver,
-    ModuleDriver,
-    RaisesDriver,
-    Reject,
-    init_parameters,
-)
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver, init_parameters
 from .exercise import Case, Exercise, Mistake, fail
 from .forbid import ImplementThisYourself
 

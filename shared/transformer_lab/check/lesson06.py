@@ -7,8 +7,8 @@ import math
 import torch
 
 from .. import masking as _masking
+from .answer_drivers import Call, ExactDriver, exactly_equal
 from .answers import unanswered
-from .drivers import Call, ExactDriver, exactly_equal
 from .exercise import CheckFailed, Exercise, Mistake, fail, practice
 
 __all__ = ["alpha_22", "causal_mask", "padding_mask"]

@@ -9,8 +9,9 @@ import torch
 
 from .. import encoder_decoder as _ed
 from ..masking import causal_mask
+from .answer_drivers import Finding, TrialDriver
 from .devices import devices
-from .drivers import Finding, ModuleDriver, TrialDriver
+from .drivers import ModuleDriver
 from .exercise import Case, Exercise, Mistake
 
 __all__ = ["DecoderBlock", "greedy_decode"]

@@ -20,9 +20,10 @@ from __future__ import annotations
 import torch
 
 from .. import gpt as _gpt
+from .answer_drivers import Finding, TrialDriver, exactly_equal
 from .answers import letters
 from .devices import devices
-from .drivers import Finding, FunctionDriver, TrialDriver, exactly_equal
+from .drivers import FunctionDriver
 from .exercise import Case, Exercise, Mistake, fail, practice
 from .lesson08_nucleus import (
     TOP_P_MISTAKES,

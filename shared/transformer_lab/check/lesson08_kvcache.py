@@ -18,9 +18,10 @@ import torch
 
 from .. import gpt as _gpt
 from ..multihead import KVCache as _RefKVCache
+from .answer_drivers import Finding, TrialDriver
 from .compare import compare_tensor, same_within_tolerance
 from .devices import settings
-from .drivers import Finding, TrialDriver, init_parameters
+from .drivers import init_parameters
 from .exercise import CheckFailed, Exercise, Mistake
 from .forbid import ImplementThisYourself
 

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import gpt as _gpt
+from .answer_drivers import Finding, TrialDriver
 from .devices import settings
-from .drivers import Finding, TrialDriver
 from .exercise import Exercise, Mistake
 
 __all__ = ["sample_next"]

@@ -10,8 +10,8 @@ parameter and token (2 forward, 4 backward).
 from __future__ import annotations
 
 from .. import gpt as _gpt
+from .answer_drivers import Call, ExactDriver, exactly_equal
 from .answers import plain_number
-from .drivers import Call, ExactDriver, exactly_equal
 from .exercise import Exercise, Mistake
 
 __all__ = ["training_flops"]

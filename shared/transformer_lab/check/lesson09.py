@@ -35,8 +35,8 @@ import math
 import torch
 
 from .. import bert as _bert
+from .answer_drivers import Finding, TrialDriver
 from .devices import devices
-from .drivers import Finding, TrialDriver
 from .exercise import Exercise, Mistake
 
 __all__ = ["bert_mask_tokens"]

@@ -14,7 +14,7 @@ from collections import Counter
 import torch
 
 from .. import bert as _bert
-from .drivers import Call, ExactDriver
+from .answer_drivers import Call, ExactDriver
 from .exercise import Exercise, Mistake
 
 __all__ = ["bpe_encode", "learn_bpe"]

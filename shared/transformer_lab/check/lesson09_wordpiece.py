@@ -14,7 +14,7 @@ import sys
 import torch
 
 from .. import bert as _bert
-from .drivers import Finding, TrialDriver
+from .answer_drivers import Finding, TrialDriver
 from .exercise import Exercise, Mistake
 from .forbid import forbid
 

@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import torch
 
+from .answer_drivers import Finding, TrialDriver
 from .devices import available_devices
-from .drivers import Finding, TrialDriver
 
 __all__ = [
     "FALSE_FAILURE",

@@ -6,9 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import vit as _vit
+from .answer_drivers import RaisesDriver, Reject
 from .compare import compare_tensor
 from .devices import exact_float32, settings
-from .drivers import CustomDriver, FunctionDriver, ModuleDriver, RaisesDriver, Reject
+from .drivers import CustomDriver, FunctionDriver, ModuleDriver
 from .exercise import Case, Exercise, Mistake, fail
 from .forbid import ImplementThisYourself
 

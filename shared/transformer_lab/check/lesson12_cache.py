@@ -11,7 +11,7 @@ from __future__ import annotations
 import numbers
 
 from .. import scaling as _scaling
-from .drivers import Call, ExactDriver
+from .answer_drivers import Call, ExactDriver
 from .exercise import Exercise, Mistake
 
 __all__ = ["kv_cache_bytes"]

@@ -129,12 +129,37 @@ def test_the_benchmarks_compare_side_by_side(dry_run):
         assert row["course GPT"]["mfu"] is None  # no GPU peak on a CPU
         # the twins start from the same weights: the same loss
         assert row["initial_loss_course"] == pytest.approx(row["initial_loss_nanogpt"], abs=1e-5)
+    eager = bench["gpt_step"][0]  # and the course GPT without its token-id range check
+    assert eager[gpu_check.UNCHECKED]["tokens_per_s"] > 0
+    assert eager["unchecked_vs_nanogpt_time"] > 0 and gpu_check.UNCHECKED in md
     compiled = bench["gpt_step"][1]  # one graph each, compiled once (tests/models/test_gpt_compile)
     assert (compiled["graphs"], compiled["graph_breaks"]) == (2, 0)
     assert "compiled (2 graphs, 0 graph breaks)" in md
     for row in bench["tiled_attention"]:
         assert row["max_abs_difference"] < 1e-5 and row["tiled_ms"] > 0
     assert "## GPT training step" in md and "## tiled_attention" in md
+
+
+def test_the_unchecked_row_skips_only_the_range_check():
+    """`_ids_unchecked` runs a step without reading the ids (an id past the vocabulary passes the
+    check), still checks their shape and dtype, and puts the check back afterwards."""
+    from transformer_lab import gpt
+
+    bad = torch.tensor([[0, 99]])
+    seen = []
+
+    def step():
+        gpt._require_token_ids("idx", bad, 10)  # not read: no error
+        with pytest.raises(ValueError, match="must have 2 dimensions|\\(B, L\\)"):
+            gpt._require_token_ids("idx", bad[0], 10)
+        with pytest.raises(TypeError, match="integer token ids"):
+            gpt._require_token_ids("idx", bad.float(), 10)
+        seen.append(True)
+
+    gpu_check._ids_unchecked(step)
+    assert seen == [True]
+    with pytest.raises(ValueError, match="token ids in \\[0, 99\\]"):  # the check is back
+        gpt._require_token_ids("idx", bad, 10)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")

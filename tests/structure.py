@@ -93,6 +93,7 @@ LAYERS = {
                 "verify_child",
                 "verify_cells",
                 "verify_guard",
+                "verify_read",
                 "verify_earlier",
                 "sandbox",
                 "bubblewrap",

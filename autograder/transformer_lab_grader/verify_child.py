@@ -7,6 +7,9 @@ Started by the judge (`verify_session.CHILD_MAIN`), which calls `child_main`.
 While the student's code runs for a request, `verify_guard.Guard` switches the exercise's
 forbidden names off and watches for calls of them; such a call refuses the request; and the
 earlier exercises of the notebook that the exercise calls are the course's (`verify_earlier`).
+Every step of a request that touches the student's objects (the call, reading its result back
+as data with `verify_read`, an attribute, a name's description, a module's state, gradients) runs
+under the guard.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .cell_limits import TimeoutBudget
 from .verify_cells import Cells
 from .verify_earlier import course_parts, in_place
 from .verify_guard import NOTHING_FORBIDDEN, Guard, Trusted, capture
+from .verify_read import REFUSALS, Unreadable, plain, requires_grad, tensor_out
 from .verify_wire import (
     BUILTIN_PROTOCOL,
     GENERATOR_MARK,
@@ -34,6 +38,8 @@ from .verify_wire import (
     unpack_request,
     write_message,
 )
+
+_NOTHING = contextlib.nullcontext()
 
 # ----------------------------------------------------------------------------------------------
 # Answering the parent's requests.
@@ -61,40 +67,27 @@ class Answers:
     def guard(self, exercise) -> Guard:
         return Guard(self.trusted, self.forbid, exercise)
 
+    def guarded(self, exercise, work: Callable[[], dict], around=_NOTHING) -> dict:
+        """`work()`'s reply, run under the exercise's guard (inside `around`); or, when the guard
+        noted something or the result cannot be read, the refusal."""
+        guard = self.guard(exercise)
+        try:
+            with around, guard:
+                reply = work()
+        except BaseException as err:
+            if type(err) is Unreadable and type(err.what) is str and err.what in REFUSALS:
+                guard.note(err.what)  # a fixed text, whoever raised it
+            elif not guard.refused:
+                raise
+        if guard.refused:
+            return {"refused": guard.refused}
+        return reply
+
     # -- data -----------------------------------------------------------------------------------
-    def plain(self, value, tensors, depth=0):
-        """A result -> a description of plain data; its tensors go to `tensors`."""
-        torch = self.torch
-        if depth > 20:
-            return {"other": "deeply nested value"}
-        if isinstance(value, torch.Tensor):
-            if value.layout != torch.strided:
-                value = value.to_dense()
-            tensors.append(value)
-            return {"t": len(tensors) - 1}
-        if value is None or type(value) in (bool, int, float, str):
-            return {"v": value}
-        if value is ...:
-            return {"ellipsis": True}
-        if isinstance(value, bool):
-            return {"v": bool.__bool__(value)}
-        if isinstance(value, int):
-            return {"v": int.__index__(value)}
-        if isinstance(value, float):
-            return {"v": float.__float__(value)}
-        if isinstance(value, str):
-            return {"v": str.__str__(value)}
-        if isinstance(value, (tuple, list)):
-            items = [self.plain(v, tensors, depth + 1) for v in value]
-            return {"seq": "tuple" if isinstance(value, tuple) else "list", "items": items}
-        if isinstance(value, dict) and all(type(k) is str for k in value):
-            return {"dict": {k: self.plain(v, tensors, depth + 1) for k, v in value.items()}}
-        item = getattr(type(value), "item", None)  # numpy scalars
-        if item is not None and type(value).__module__ == "numpy":
-            with contextlib.suppress(Exception):
-                return self.plain(value.item(), tensors, depth + 1)
-        # any other object stays here; the parent gets a handle on it
-        return {"object": self.keep(value), "type": type(value).__name__[:100]}
+    def plain(self, value, tensors) -> dict:
+        """A result -> a description of plain data, without running the student's code
+        (`verify_read.plain`); its tensors go to `tensors`."""
+        return plain(value, tensors, self.keep)
 
     def decode(self, obj, tensors, generators):
         if type(obj) is tuple and len(obj) == 2 and obj[0] == OBJECT_MARK:
@@ -109,14 +102,10 @@ class Answers:
             return {k: self.decode(v, tensors, generators) for k, v in obj.items()}
         return obj
 
-    def tensor_out(self, t):
-        t = t.as_subclass(self.torch.Tensor) if type(t) is not self.torch.Tensor else t
-        return t.detach().clone().contiguous()
-
     def value_reply(self, value) -> dict:
         found: list = []
         value = self.plain(value, found)
-        return {"kind": "value", "value": value, "tensors": [self.tensor_out(t) for t in found]}
+        return {"kind": "value", "value": value, "tensors": [tensor_out(t) for t in found]}
 
     # -- requests -------------------------------------------------------------------------------
     def handle(self, req: dict) -> dict:
@@ -132,25 +121,29 @@ class Answers:
             errors, outputs = self.cells.run(req["cells"], capture=True)
             return {"cell_errors": errors, "outputs": outputs}
         if op == "describe":
-            return self.describe(req["name"])
+            return self.guarded(req.get("exercise"), lambda: self.describe(req["name"]))
         if op == "getattr":
-            value = getattr(self.instances[req["handle"]], req["attr"])
-            if callable(value) and not isinstance(value, self.torch.Tensor):
-                return {"kind": "function"}
-            return self.value_reply(value)
+            return self.guarded(req.get("exercise"), lambda: self.attribute(req))
         if op == "backward":
             return self.backward(req)
         if op != "call":
             return {"error": f"unknown request {op!r}", "error_type": "RuntimeError"}
         return self.call(req)
 
+    def attribute(self, req: dict) -> dict:
+        value = getattr(self.instances[req["handle"]], req["attr"])
+        if callable(value) and not issubclass(type(value), self.torch.Tensor):
+            return {"kind": "function"}
+        return self.value_reply(value)
+
     def describe(self, name: str) -> dict:
         if name not in self.ns:
             return {"kind": "missing"}
         obj = self.ns[name]
-        if isinstance(obj, type(os)):
-            return {"kind": "module", "module": getattr(obj, "__name__", "?")}
-        if isinstance(obj, type):
+        if issubclass(type(obj), type(os)):
+            module = type(os).__dict__["__dict__"].__get__(obj).get("__name__")
+            return {"kind": "module", "module": module if type(module) is str else "?"}
+        if issubclass(type(obj), type):
             return {"kind": "class"}
         if callable(obj):
             return {"kind": "function"}
@@ -160,51 +153,48 @@ class Answers:
         outs, leaves = self.pending.pop(req["token"], (None, None))
         if outs is None:
             return {"grads": []}
-        pairs = [
-            (o, g)
-            for o, g in zip(outs, req["grads"])
-            if g is not None and isinstance(o, self.torch.Tensor) and o.requires_grad
-        ]
+        pairs = [(o, g) for o, g in zip(outs, req["grads"]) if g is not None and requires_grad(o)]
         grads = [None] * len(leaves)
         alive = [i for i, leaf in enumerate(leaves) if leaf is not None]
-        if pairs and alive:
-            guard = self.guard(req.get("exercise"))
-            try:
-                with guard:
-                    got = self.torch.autograd.grad(
-                        [o for o, _ in pairs],
-                        [leaves[i] for i in alive],
-                        [g.to(o.dtype) for o, g in pairs],
-                        allow_unused=True,
-                    )
-            except BaseException:
-                if guard.refused:
-                    return {"refused": guard.refused}
-                raise
-            if guard.refused:
-                return {"refused": guard.refused}
-            for i, g in zip(alive, got):
-                grads[i] = None if g is None else self.tensor_out(g)
-        return {"grads": grads}
+        if not (pairs and alive):
+            return {"grads": grads}
 
-    def run_guarded(self, guard, req, args, kwargs, tensors):
-        with guard:
-            if "method" in req:
-                obj, method = self.instances[req["handle"]], req["method"]
-                if method in BUILTIN_PROTOCOL:
-                    return BUILTIN_PROTOCOL[method](obj, *args, **kwargs)
-                return getattr(obj, method)(*args, **kwargs)
-            if "handle" in req:
-                module = self.instances[req["handle"]]
-                module.train(bool(req["training"]))
-                state = dict(zip(req["state_keys"], tensors[req["n_args"] :]))
-                return self.functional_call(module, state, tuple(args), kwargs)
-            if req.get("construct"):
-                with self.torch.random.fork_rng(devices=[]):
-                    return self.ns[req["name"]](*args, **kwargs)
-            return self.ns[req["name"]](*args, **kwargs)
+        def work():
+            got = self.torch.autograd.grad(
+                [o for o, _ in pairs],
+                [leaves[i] for i in alive],
+                [g.to(o.dtype) for o, g in pairs],
+                allow_unused=True,
+            )
+            for i, g in zip(alive, got):
+                grads[i] = None if g is None else tensor_out(g)
+            return {"grads": grads}
+
+        return self.guarded(req.get("exercise"), work)
+
+    def run_student(self, req, args, kwargs, tensors):
+        """The student's code the request calls (under the guard)."""
+        if "method" in req:
+            obj, method = self.instances[req["handle"]], req["method"]
+            if method in BUILTIN_PROTOCOL:
+                return BUILTIN_PROTOCOL[method](obj, *args, **kwargs)
+            return getattr(obj, method)(*args, **kwargs)
+        if "handle" in req:
+            module = self.instances[req["handle"]]
+            module.train(bool(req["training"]))
+            state = dict(zip(req["state_keys"], tensors[req["n_args"] :]))
+            return self.functional_call(module, state, tuple(args), kwargs)
+        if req.get("construct"):
+            with self.torch.random.fork_rng(devices=[]):
+                return self.ns[req["name"]](*args, **kwargs)
+        return self.ns[req["name"]](*args, **kwargs)
 
     def call(self, req: dict) -> dict:
+        exercise = req.get("exercise")
+        around = in_place(self.ns, self.earlier.get(exercise, {}))
+        return self.guarded(exercise, lambda: self.call_guarded(req), around)
+
+    def call_guarded(self, req: dict) -> dict:
         torch, exercise = self.torch, req.get("exercise")
         tensors = [
             t.detach().requires_grad_(bool(w)) if t.is_floating_point() else t.detach()
@@ -230,22 +220,13 @@ class Answers:
             if reference is not None and isinstance(cls, type) and issubclass(cls, reference):
                 dotted = f"{reference.__module__}.{reference.__qualname__}"
                 return {"refused": [f"subclassed the reference {dotted}"]}
-        guard = self.guard(exercise)
-        try:
-            with in_place(self.ns, self.earlier.get(exercise, {})):
-                result = self.run_guarded(guard, req, args, kwargs, tensors)
-        except BaseException:
-            if guard.refused:
-                return {"refused": guard.refused}
-            raise
-        if guard.refused:
-            return {"refused": guard.refused}
+        result = self.run_student(req, args, kwargs, tensors)
         gen_states = [g.get_state() for g in generators]
         if req.get("construct"):
             return self.constructed(result, gen_states)
         out_tensors: list = []
         description = self.plain(result, out_tensors)
-        differentiable = [bool(t.requires_grad) for t in out_tensors]
+        differentiable = [requires_grad(t) for t in out_tensors]
         token = None
         if leaves and any(differentiable):
             self.counter += 1
@@ -255,7 +236,7 @@ class Answers:
                 self.pending.pop(min(self.pending))
         return {
             "result": description,
-            "tensors": [self.tensor_out(t) for t in out_tensors],
+            "tensors": [tensor_out(t) for t in out_tensors],
             "differentiable": differentiable,
             "token": token,
             "generators": gen_states,
@@ -264,7 +245,7 @@ class Answers:
     def constructed(self, result, gen_states: list) -> dict:
         """What the parent learns of an object the student's class made: a handle, and for a
         module its state (so that the parent's stand-in mirrors the weights)."""
-        if not isinstance(result, self.torch.nn.Module):
+        if not issubclass(type(result), self.torch.nn.Module):
             reply = {"handle": self.keep(result), "module": False}
             return {"construct": reply, "tensors": [], "generators": gen_states}
         handle = self.keep(result)
@@ -275,7 +256,7 @@ class Answers:
         state = []
         for key, value in result.state_dict(keep_vars=True).items():
             state.append(
-                [key, canonical.get(id(value), key), self.tensor_out(value), id(value) in params]
+                [key, canonical.get(id(value), key), tensor_out(value), id(value) in params]
             )
         reply = {
             "handle": handle,

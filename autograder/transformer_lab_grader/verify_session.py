@@ -238,9 +238,14 @@ class Session:
                 flag = f"{what} in {self.exercise}"
                 if flag not in self.flags:
                     self.flags.append(flag)
-            raise ImplementThisYourself(
-                f"implement this yourself: your code {refused[0]} while `{self.exercise}` was "
-                "checked; the exercise asks you to build it from basic tensor operations"
+            if refused[0].startswith(("called forbidden", "ran a copy", "subclassed")):
+                raise ImplementThisYourself(
+                    f"implement this yourself: your code {refused[0]} while `{self.exercise}` "
+                    "was checked; the exercise asks you to build it from basic tensor operations"
+                )
+            raise ImplementThisYourself(  # the guard was tampered with, or a result unreadable
+                f"the re-check refused this call: your code {refused[0]} while "
+                f"`{self.exercise}` was checked"
             )
         error = reply.get("error")
         if error is not None:

@@ -54,6 +54,7 @@ LAYERS = {
             {
                 "release",
                 "collect",
+                "safe_zip",
                 "identities",
                 "submission",
                 "grade",

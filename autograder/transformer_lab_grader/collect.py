@@ -30,9 +30,12 @@
   (`__MACOSX/`, `.DS_Store`, `Thumbs.db`) is listed as ignored. A notebook renamed by the LMS
   (`02_qkv_attention-1.ipynb`) is fine: grading renames a single misnamed notebook.
 
-Zip files are unpacked safely: no absolute paths, no `..`, no links, at most `MAX_MEMBERS`
-members, `MAX_FILE_BYTES` per file and `MAX_TOTAL_BYTES` in all, counted while unpacking (the
-sizes the zip claims are not trusted).
+Zip files are unpacked safely (`safe_zip`): an archive-wide limit (`MAX_MEMBERS` members,
+`MAX_TOTAL_BYTES` unpacked) refuses the whole zip; one student's bad upload (an unsafe path, a
+link, a file over `MAX_FILE_BYTES`, a name the disk refuses) is skipped, and listed in
+`Collected.not_placed` with the student it came from, and everyone else is collected. A file the
+disk refuses when it is placed (a file and a folder of one name once the lesson folder is
+dropped) is listed there too.
 """
 
 from __future__ import annotations
@@ -41,19 +44,21 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import os
 import re
 import shutil
-import stat
 import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
 from .records import STUDENT_ID
+from .safe_zip import (  # noqa: F401 (re-exported: collect's limits)
+    MAX_FILE_BYTES,
+    MAX_MEMBERS,
+    MAX_TOTAL_BYTES,
+    UnsafeZip,
+    safe_extract,
+)
 
-MAX_MEMBERS = 20_000
-MAX_FILE_BYTES = 100 << 20
-MAX_TOTAL_BYTES = 2 << 30
 JUNK = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}
 
 CANVAS = re.compile(
@@ -85,62 +90,21 @@ class Collected:
     ignored: list[str]
     identities: dict[str, dict] = dataclasses.field(default_factory=dict)  # student -> identity
     ambiguous: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (file, why)
+    not_placed: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (file, why)
 
     @property
     def problems(self) -> list[tuple[str, str]]:
         """Files placed nowhere that the instructor must place by hand (non-zero exit)."""
-        return self.unattributed + self.ambiguous
+        return self.unattributed + self.ambiguous + self.not_placed
 
     def summary(self) -> str:
         lines = [f"collected {len(self.students)} students ({self.kind}) into {self.out}"]
         lines += [f"  NOT ATTRIBUTED: {name}: {why}" for name, why in self.unattributed]
         lines += [f"  AMBIGUOUS: {name}: {why}" for name, why in self.ambiguous]
+        lines += [f"  NOT PLACED: {name}: {why}" for name, why in self.not_placed]
         if self.ignored:
             lines.append(f"  ignored: {', '.join(self.ignored[:20])}")
         return "\n".join(lines)
-
-
-class UnsafeZip(ValueError):
-    pass
-
-
-def safe_extract(archive: Path, dest: Path) -> list[str]:
-    """Unpack `archive` into `dest`; refuse traversal, links, bombs. Returns the member names."""
-    names = []
-    total = 0
-    with zipfile.ZipFile(archive) as zf:
-        members = zf.infolist()
-        if len(members) > MAX_MEMBERS:
-            raise UnsafeZip(f"{archive.name} has {len(members)} members (limit {MAX_MEMBERS})")
-        for info in members:
-            name = info.filename.replace("\\", "/")
-            path = PurePosixPath(name)
-            if path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name):
-                raise UnsafeZip(f"{archive.name}: unsafe path {info.filename!r}")
-            if stat.S_ISLNK(info.external_attr >> 16):
-                raise UnsafeZip(f"{archive.name}: {info.filename!r} is a link")
-            if info.is_dir():
-                continue
-            target = dest.joinpath(*path.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            size = 0
-            with zf.open(info) as src, open(target, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    size += len(chunk)
-                    total += len(chunk)
-                    if size > MAX_FILE_BYTES:
-                        raise UnsafeZip(
-                            f"{archive.name}: {info.filename!r} is larger than {MAX_FILE_BYTES >> 20} MiB"
-                        )
-                    if total > MAX_TOTAL_BYTES:
-                        raise UnsafeZip(
-                            f"{archive.name}: more than {MAX_TOTAL_BYTES >> 30} GiB unpacked"
-                        )
-                    out.write(chunk)
-            when = datetime.datetime(*info.date_time, tzinfo=datetime.timezone.utc).timestamp()
-            os.utime(target, (when, when))  # the LMS's upload time: the submitted-at time
-            names.append(name)
-    return names
 
 
 def _slug(name: str) -> str:
@@ -212,14 +176,17 @@ def collect(
             raise SystemExit(f"{source.name} is neither a folder nor a zip file")
         with tempfile.TemporaryDirectory(prefix="transformer-lab-collect-") as tmp:
             try:
-                safe_extract(source, Path(tmp))
+                _, skipped = safe_extract(source, Path(tmp))
             except (UnsafeZip, zipfile.BadZipFile) as error:
                 raise SystemExit(f"refusing the zip: {error}") from None
-            return _collect_folder(Path(tmp), assignment, out, compiled, course_id)
+            return _collect_folder(Path(tmp), assignment, out, compiled, course_id, skipped)
     return _collect_folder(source, assignment, out, compiled, course_id)
 
 
-def _collect_folder(source: Path, assignment: str, out: Path, pattern, course_id: str) -> Collected:
+def _collect_folder(
+    source: Path, assignment: str, out: Path, pattern, course_id: str, skipped=()
+) -> Collected:
+    """A folder (an unpacked zip: `skipped` lists the members not unpacked, with why)."""
     inbound = next(
         (p for p in (source / course_id / "inbound", source / "inbound") if p.is_dir()), None
     )
@@ -275,23 +242,65 @@ def _collect_folder(source: Path, assignment: str, out: Path, pattern, course_id
                     (name, f"student id {student!r} is also claimed by {others}: place by hand")
                 )
             del placed[student], identities[student]
+    not_placed = [
+        (name, f"{_owner(name, assignment, pattern, namesakes)}: {why}") for name, why in skipped
+    ]
     students = {}
     for student, files in placed.items():
-        students[student] = _place(out / student / assignment, files)
-    result = Collected(out, kind, students, unattributed, ignored, identities, ambiguous)
+        failed: list[tuple[Path, str]] = []
+        students[student] = _place(out / student / assignment, files, failed)
+        not_placed += [
+            (path.relative_to(source).as_posix(), f"student {student}'s file: {why}")
+            for path, why in failed
+        ]
+    result = Collected(
+        out, kind, students, unattributed, ignored, identities, ambiguous, not_placed
+    )
     _write_report(result)
     return result
 
 
-def _place(dest: Path, files: dict[str, Path]) -> list[str]:
-    """Replace `dest` with exactly these files (a re-collect leaves no stale ones)."""
+def _owner(name: str, assignment: str, pattern, namesakes) -> str:
+    """Whose file a zip member not unpacked was, in words."""
+    found = attribute(name, assignment, pattern, namesakes)
+    if isinstance(found, tuple) and STUDENT_ID.match(found[0]):
+        return f"student {found[0]}'s file"
+    return "a file of no known student"
+
+
+def _place(dest: Path, files: dict[str, Path], failed: list | None = None) -> list[str]:
+    """Replace `dest` with exactly these files (a re-collect leaves no stale ones). With
+    `failed`, a file the disk refuses (a file and a folder of one name, a path too long) is
+    left out and listed there as (its path, why); without it, the error is raised."""
     shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
+    try:
+        dest.mkdir(parents=True)
+    except OSError as error:  # the student's folder itself: none of the files
+        if failed is None:
+            raise
+        failed += [(path, _refused(error)) for path in files.values()]
+        return []
+    placed = []
     for name, path in files.items():
-        target = dest.joinpath(*PurePosixPath(name).parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)  # with its time (`timing.submitted_at`)
-    return sorted(files)
+        try:
+            target = dest.joinpath(*PurePosixPath(name).parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)  # with its time (`timing.submitted_at`)
+        except OSError as error:
+            if failed is None:
+                raise
+            failed.append((path, _refused(error)))
+        else:
+            placed.append(name)
+    return sorted(placed)
+
+
+def _refused(error: OSError) -> str:
+    if isinstance(error, (FileExistsError, NotADirectoryError, IsADirectoryError)):
+        return (
+            "could not be placed: one of the student's files has the name of one of their folders"
+        )
+    return f"could not be placed ({error.strerror or error})"
 
 
 def _collect_exchange(inbound: Path, assignment: str, out: Path) -> Collected:
@@ -353,6 +362,7 @@ def _write_report(result: Collected) -> None:
                 "identities": result.identities,
                 "unattributed": result.unattributed,
                 "ambiguous": result.ambiguous,
+                "not_placed": result.not_placed,
                 "ignored": result.ignored,
             },
             indent=1,
@@ -369,6 +379,6 @@ def read_report(folder: Path) -> dict:
     report = report if isinstance(report, dict) else {}
     for key in ("identities", "students"):
         report[key] = report.get(key) if isinstance(report.get(key), dict) else {}
-    for key in ("unattributed", "ambiguous", "ignored"):
+    for key in ("unattributed", "ambiguous", "not_placed", "ignored"):
         report[key] = report.get(key) if isinstance(report.get(key), list) else []
     return report

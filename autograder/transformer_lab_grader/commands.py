@@ -147,7 +147,7 @@ def _intake(course: Path, assignment: str, submissions: Path) -> tuple[Path, lis
         print(result.summary(), flush=True)
         return result.out, result.problems
     report = read_report(submissions)
-    problems = report["unattributed"] + report["ambiguous"]
+    problems = report["unattributed"] + report["ambiguous"] + report["not_placed"]
     for name, why in problems:
         print(f"  NOT PLACED by collect: {name}: {why}", flush=True)
     return submissions, problems
@@ -210,8 +210,8 @@ def grade(
             print(f"  stale: {student}: {why}")
     if problems:
         print(
-            f"error: {len(problems)} files could not be attributed to one student (listed "
-            "above): place them by hand in <student>/<assignment>/ and grade again",
+            f"error: {len(problems)} files could not be attributed to one student or placed "
+            "(listed above): place them by hand in <student>/<assignment>/ and grade again",
             file=sys.stderr,
         )
         return 1

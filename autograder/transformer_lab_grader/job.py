@@ -49,10 +49,16 @@ def _cell_output(cell) -> str:
 def read_results(course: Path, spec: dict, report: dict) -> tuple[dict, dict, list[str]]:
     """Per-cell scores from the private gradebook; outputs from the autograded notebook; the
     judge's notes (cells stopped at their limit, the timeout budget spent) and a note for a
-    cell that ran out of memory."""
+    cell that ran out of memory. A test cell the judge gave no verdict scores 0, whatever
+    nbgrader made of it (nbgrader passes a test cell that has no error output)."""
     student, assignment, cells = spec["student"], spec["assignment"], spec["cells"]
     scores = gradebook.cell_scores(course, assignment, student, cells)
     outputs, notes = {}, [str(n) for n in report.get("notes", [])]
+    verdicts = report.get("verdicts") if isinstance(report.get("verdicts"), dict) else {}
+    for gid, cell in cells.items():
+        if cell.get("test") and gid not in verdicts:
+            scores[gid] = 0.0
+            notes.append(f"test cell {gid} was not run by the grader: scored 0")
     for name in spec["notebooks"]:
         nb = nbformat.read(_autograded(course, spec, name), as_version=4)
         for i, c in enumerate(nb.cells):

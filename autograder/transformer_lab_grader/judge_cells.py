@@ -27,16 +27,18 @@ def label(cell: Cell) -> str:
 
 
 def cells_of(nb) -> list[Cell]:
-    """The notebook's code cells with some source and not tagged skip-execution, in order:
-    graded test cells (their hidden tests kept, the marker lines dropped) and the student's
-    (IPython magics as Python)."""
+    """The notebook's code cells in order: every graded test cell (its hidden tests kept, the
+    marker lines dropped), whatever its tags say, and the student's cells (IPython magics as
+    Python) that have some source and are not tagged skip-execution. A test cell is never
+    skipped: a skipped test would have no error output, which nbgrader scores as passed."""
     cells = []
     for i, cell in enumerate(nb["cells"]):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell_source(cell)
         meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        if not source.strip() or "skip-execution" in (meta.get("tags") or []):
+        skipped = not source.strip() or "skip-execution" in (meta.get("tags") or [])
+        if skipped and not is_test_cell(cell):
             continue  # what nbclient does not run either
         gid = nbgrader_meta(cell).get("grade_id")
         gid = gid if isinstance(gid, str) else None

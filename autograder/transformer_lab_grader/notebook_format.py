@@ -29,6 +29,7 @@ from transformer_lab.notebook_cells import (  # noqa: F401 (re-exported: the gra
 )
 
 CHECK_CALL = re.compile(r"\bcheck\.([A-Za-z_]\w*)\s*\(")
+RUN_METADATA = ("tags",)  # cell metadata that changes how a cell runs (skip-execution, ...)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,6 +84,7 @@ def graded_cells(released: dict[str, nbformat.NotebookNode]) -> dict[str, dict]:
                     "notebook": name,
                     "source": cell.source,
                     "exercises": sorted(set(check_calls(cell.source))),
+                    "test": is_test_cell(cell),
                 }
     return cells
 
@@ -110,17 +112,19 @@ class Repair:
     flags: list[str]
     restored: int = 0
     dropped: int = 0
+    retagged: int = 0
 
     @property
     def changed(self) -> bool:
-        return bool(self.restored or self.dropped)
+        return bool(self.restored or self.dropped or self.retagged)
 
 
 def repair(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> Repair:
     """Restore stripped nbgrader metadata from the release (cells matched by id, then by source);
-    drop metadata naming grade ids the release does not have or that appear twice; note test
-    cells that are missing (nbgrader restores them) or edited (nbgrader grades the released ones).
-    Changes `nb` in place."""
+    drop metadata naming grade ids the release does not have or that appear twice; restore the
+    release's `RUN_METADATA` (tags) of graded cells, flagging a change (a test tagged
+    skip-execution would not run); note test cells that are missing (nbgrader restores them)
+    or flag them edited (nbgrader grades the released ones). Changes `nb` in place."""
     notes, flags = [], []
     ref = {
         c.metadata["nbgrader"].get("grade_id"): c
@@ -151,16 +155,36 @@ def repair(nb: nbformat.NotebookNode, released: nbformat.NotebookNode) -> Repair
             restored += 1
     if restored:
         notes.append(f"repaired: {restored} cells' nbgrader metadata restored from the release")
+    retagged = 0
     for grade_id, cell in ref.items():
         meta = cell.metadata["nbgrader"]
+        mine = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+        if mine and is_graded(cell) and _restore_run_metadata(mine[0], cell):
+            retagged += 1
+            flags.append(
+                f"the tags of graded cell {grade_id} were changed (graded with the released ones)"
+            )
         if not (meta.get("grade") and meta.get("locked")):
             continue
-        mine = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
         if not mine:
             notes.append(f"test cell {grade_id} was missing (restored from the release)")
         elif _tests_only(mine[0].source) != _tests_only(cell.source):
             flags.append(f"locked test cell {grade_id} was edited (graded with the released one)")
-    return Repair(notes, flags, restored, dropped)
+    return Repair(notes, flags, restored, dropped, retagged)
+
+
+def _restore_run_metadata(cell, released) -> bool:
+    """Give `cell` the released cell's `RUN_METADATA`; whether that changed anything."""
+    changed = False
+    for key in RUN_METADATA:
+        if (cell.metadata.get(key) or None) == (released.metadata.get(key) or None):
+            continue  # an empty list is no list
+        changed = True
+        if key in released.metadata:
+            cell.metadata[key] = json.loads(json.dumps(released.metadata[key]))
+        else:
+            del cell.metadata[key]
+    return changed
 
 
 def _tests_only(source: str) -> str:

@@ -31,6 +31,7 @@ from transformer_lab_grader import (
     grading,
     nbgrader_app,
     notebook_format,
+    safe_zip,
     sandbox,
     submission,
 )
@@ -405,32 +406,50 @@ def test_an_instructor_pattern_wins(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", ["../evil.ipynb", "/abs/evil.ipynb", "a/../../evil.ipynb", "C:/evil.ipynb"]
+    "name",
+    [
+        "../evil.ipynb",
+        "/abs/evil.ipynb",
+        "a/../../evil.ipynb",
+        "C:/evil.ipynb",
+        "a\\..\\evil.ipynb",
+    ],
 )
 def test_zip_path_traversal_is_refused(tmp_path, name):
+    """The unsafe member alone is skipped and listed; the rest of the class is collected."""
     archive = _zip(tmp_path / "bad.zip", {"alice/ok.ipynb": b"1", name: b"2"})
-    with pytest.raises(SystemExit, match="unsafe path"):
-        collect.collect(archive, "02_qkv_attention", tmp_path / "out")
-    assert not (tmp_path / "evil.ipynb").exists()
+    got = collect.collect(archive, "02_qkv_attention", tmp_path / "out")
+    assert got.students == {"alice": ["ok.ipynb"]}
+    assert [n for n, _ in got.not_placed] == [name]
+    assert "unsafe path" in got.not_placed[0][1]
+    assert not list(tmp_path.rglob("evil.ipynb"))
 
 
-def test_zip_links_and_bombs_are_refused(tmp_path, monkeypatch):
+def test_zip_links_and_big_files_are_skipped_and_bombs_refused(tmp_path, monkeypatch):
     archive = tmp_path / "link.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         info = zipfile.ZipInfo("alice/link.ipynb")
         info.external_attr = 0o120777 << 16
         zf.writestr(info, "/etc/passwd")
-    with pytest.raises(SystemExit, match="is a link"):
-        collect.collect(archive, "x", tmp_path / "o1")
-    bomb = _zip(tmp_path / "bomb.zip", {"alice/big.ipynb": b"0" * 5000})
-    monkeypatch.setattr(collect, "MAX_FILE_BYTES", 4096)
-    with pytest.raises(SystemExit, match="larger than"):
-        collect.collect(bomb, "x", tmp_path / "o2")
-    monkeypatch.setattr(collect, "MAX_FILE_BYTES", 1 << 20)
-    monkeypatch.setattr(collect, "MAX_TOTAL_BYTES", 6000)
+        zf.writestr("bob/x.ipynb", "b")
+    got = collect.collect(archive, "x", tmp_path / "o1")
+    assert got.students == {"bob": ["x.ipynb"]}
+    assert got.not_placed == [("alice/link.ipynb", "student alice's file: a link (not unpacked)")]
+    big = _zip(tmp_path / "big.zip", {"alice/big.ipynb": b"0" * 5000, "bob/x.ipynb": b"b"})
+    monkeypatch.setattr(safe_zip, "MAX_FILE_BYTES", 4096)
+    got = collect.collect(big, "x", tmp_path / "o2")
+    assert got.students == {"bob": ["x.ipynb"]}
+    assert got.not_placed == [
+        ("alice/big.ipynb", "student alice's file: larger than 0 MiB (not unpacked)")
+    ]
+    monkeypatch.setattr(safe_zip, "MAX_FILE_BYTES", 1 << 20)
+    monkeypatch.setattr(safe_zip, "MAX_TOTAL_BYTES", 6000)
     two = _zip(tmp_path / "two.zip", {"a/x.ipynb": b"0" * 4000, "b/x.ipynb": b"0" * 4000})
     with pytest.raises(SystemExit, match="unpacked"):
         collect.collect(two, "x", tmp_path / "o3")
+    monkeypatch.setattr(safe_zip, "MAX_MEMBERS", 1)
+    with pytest.raises(SystemExit, match="members"):
+        collect.collect(big, "x", tmp_path / "o4")
 
 
 def test_the_exchange_gives_each_students_latest_submission(tmp_path):

@@ -54,6 +54,7 @@ LAYERS = {
             {
                 "release",
                 "collect",
+                "exchange",
                 "identities",
                 "submission",
                 "grade",
@@ -98,7 +99,18 @@ LAYERS = {
                 "bubblewrap",
             },
         ),
-        ("formats", {"records", "failures", "notebook_format", "course", "timing", "maths_html"}),
+        (
+            "formats",
+            {
+                "records",
+                "failures",
+                "notebook_format",
+                "course",
+                "timing",
+                "maths_html",
+                "untrusted",
+            },
+        ),
     ]
 }
 

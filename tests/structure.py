@@ -55,6 +55,7 @@ LAYERS = {
                 "release",
                 "collect",
                 "safe_zip",
+                "exchange",
                 "identities",
                 "submission",
                 "grade",
@@ -100,7 +101,18 @@ LAYERS = {
                 "bubblewrap",
             },
         ),
-        ("formats", {"records", "failures", "notebook_format", "course", "timing", "maths_html"}),
+        (
+            "formats",
+            {
+                "records",
+                "failures",
+                "notebook_format",
+                "course",
+                "timing",
+                "maths_html",
+                "untrusted",
+            },
+        ),
     ]
 }
 

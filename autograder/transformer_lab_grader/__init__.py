@@ -6,14 +6,15 @@ The package's map, in the order a submission meets it. Imports go one way, down 
 
 - CLI: `cli` (argparse only) -> `commands` (one function per command).
 - Pipeline steps. `release` hands a lesson out; `collect` lays submissions out as nbgrader does
-  (a zip, unpacked by `safe_zip`; an LMS download), `identities` keeps who each student is,
-  `submission` takes a notebook in and repairs it. `grade` grades a class: here
-  (`grading.Grader`, with `run_setup`: the worker, the base gradebook and the time limits a run
-  shares; `regrade`: whether a record is redone) or on Dask (`cluster`, `cluster_worker`). Each
-  student is one job (`job`, forked by `worker`/`worker_process`) that runs nbgrader's autograde
-  (`nbgrader_app`), its scores then in the gradebook (`gradebook`, `gradebook_merge`; `manual`:
-  grades given by hand). Afterwards: `term` (due dates, late policy, roster), `export`,
-  `feedback`/`lms_feedback`, and the class report (`report_summary` counts, `report` writes).
+  (a zip, unpacked by `safe_zip`; an LMS download; `exchange`: the exchange's inbound folder, which every student may
+  write in), `identities` keeps who each student is, `submission` takes a notebook in and
+  repairs it. `grade` grades a class: here (`grading.Grader`, with `run_setup`:
+  the worker, the base gradebook and the time limits a run shares; `regrade`: whether a record
+  is redone) or on Dask (`cluster`, `cluster_worker`). Each student is one job (`job`, forked by
+  `worker`/`worker_process`) that runs nbgrader's autograde (`nbgrader_app`), its scores then in
+  the gradebook (`gradebook`, `gradebook_merge`; `manual`: grades given by hand). Afterwards:
+  `term` (due dates, late policy, roster), `export`, `feedback`/`lms_feedback`, and the class
+  report (`report_summary` counts, `report` writes).
 - Sandbox and judge. `judged_execute` is nbgrader's Execute replaced by `judge`: one execution,
   the student's cells in a boxed process of their own (`verify_session` starts it in its box:
   `sandbox` runs, `bubblewrap` builds the box; inside, `verify_child` runs the cells with
@@ -25,7 +26,9 @@ The package's map, in the order a submission meets it. Imports go one way, down 
   timeout budget from the reference solution's times; `judge_limits` applies them in one run
   (the student's process stops a cell at its limit, `verify_cells`).
 - Formats: `records` (record and CSV), `failures` (a failed check as data), `notebook_format`
-  (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`.
+  (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`; `untrusted`: a
+  student's file names shown escaped, their files copied without following links and within
+  limits.
 
 Importing nbformat imports jsonschema, whose optional "iri" format check builds a grammar at
 import (about 2 CPU s in every process that reads a notebook: the grader, each grading job);

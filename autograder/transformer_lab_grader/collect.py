@@ -5,7 +5,10 @@
 - the nbgrader exchange (JupyterHub): `source` is the exchange root holding
   `<course_id>/inbound/<student>+<assignment>+<timestamp>[+<random>]/`, or that `inbound/`
   folder itself. The latest submission of each student (by the timestamp in the folder name)
-  is taken.
+  is taken. Every student may write there: links, and folders another account of this machine
+  wrote in a student's name, are refused, and an impossible timestamp is not taken
+  (`exchange`); only regular files inside the folder are copied, opened without following
+  links (`untrusted.copy_regular`).
 - a folder already in nbgrader's layout (`<student>/<assignment>/*.ipynb`): copied as is.
 - an LMS download, as a zip or the folder it unpacks to. A file is attributed to a student by
   the first of these patterns that matches its path inside the download:
@@ -36,12 +39,14 @@ link, a file over `MAX_FILE_BYTES`, a name the disk refuses) is skipped, and lis
 `Collected.not_placed` with the student it came from, and everyone else is collected. A file the
 disk refuses when it is placed (a file and a folder of one name once the lesson folder is
 dropped) is listed there too.
+From the exchange or a folder, a file past `MAX_FILE_BYTES`, or past `MAX_TOTAL_BYTES` of one
+student's files, is not copied and is listed. Names are the students': `Collected.summary`
+escapes their control characters (`untrusted.shown`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import hashlib
 import json
 import re
@@ -50,6 +55,7 @@ import tempfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from . import exchange
 from .records import STUDENT_ID
 from .safe_zip import (  # noqa: F401 (re-exported: collect's limits)
     MAX_FILE_BYTES,
@@ -58,6 +64,8 @@ from .safe_zip import (  # noqa: F401 (re-exported: collect's limits)
     UnsafeZip,
     safe_extract,
 )
+from .timing import EXCHANGE_STAMP, iso
+from .untrusted import Refused, copy_regular, shown, size_text
 
 JUNK = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}
 
@@ -91,6 +99,7 @@ class Collected:
     identities: dict[str, dict] = dataclasses.field(default_factory=dict)  # student -> identity
     ambiguous: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (file, why)
     not_placed: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (file, why)
+    notes: list[str] = dataclasses.field(default_factory=list)  # what collect did not trust
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -102,9 +111,10 @@ class Collected:
         lines += [f"  NOT ATTRIBUTED: {name}: {why}" for name, why in self.unattributed]
         lines += [f"  AMBIGUOUS: {name}: {why}" for name, why in self.ambiguous]
         lines += [f"  NOT PLACED: {name}: {why}" for name, why in self.not_placed]
+        lines += [f"  note: {note}" for note in self.notes]
         if self.ignored:
             lines.append(f"  ignored: {', '.join(self.ignored[:20])}")
-        return "\n".join(lines)
+        return "\n".join(shown(line) for line in lines)  # the names are the students'
 
 
 def _slug(name: str) -> str:
@@ -201,7 +211,7 @@ def _collect_folder(
     placed: dict[str, dict[str, Path]] = {}
     claims: dict[str, dict[tuple, list[str]]] = {}  # student -> (lms, lms id) -> files
     identities: dict[str, dict] = {}
-    unattributed, ignored = [], []
+    unattributed, ignored, totals = [], [], {}
     paths = sorted(p for p in source.rglob("*") if p.is_file() or p.is_symlink())
     moodle_ids: dict[str, set[str]] = {}
     for path in paths:
@@ -224,6 +234,11 @@ def _collect_folder(
         if not STUDENT_ID.match(student):
             unattributed.append((relative, f"{student!r} is not a usable student id"))
             continue
+        size = path.stat().st_size
+        if too_much := _too_much(size, totals.get(student, 0)):
+            unattributed.append((relative, f"{too_much}: not copied"))
+            continue
+        totals[student] = totals.get(student, 0) + size
         claims.setdefault(student, {}).setdefault((who["lms"], who["lms_id"]), []).append(relative)
         identities.setdefault(student, who)
         files = placed.setdefault(student, {})
@@ -304,52 +319,59 @@ def _refused(error: OSError) -> str:
 
 
 def _collect_exchange(inbound: Path, assignment: str, out: Path) -> Collected:
-    from nbgrader.utils import parse_utc
-
-    latest: dict[str, tuple] = {}
-    unattributed, ignored = [], []
-    for folder in sorted(p for p in inbound.iterdir() if p.is_dir()):
-        parts = folder.name.split("+")
-        if len(parts) < 3:
-            unattributed.append((folder.name, "not <student>+<assignment>+<timestamp>[+<random>]"))
-            continue
-        student, name, stamp = parts[0], parts[1], parts[2]
-        if name != assignment:
-            ignored.append(folder.name)
-            continue
-        if not STUDENT_ID.match(student):
-            unattributed.append((folder.name, f"{student!r} is not a usable student id"))
-            continue
-        try:
-            when = parse_utc(stamp)
-        except Exception:
-            unattributed.append((folder.name, f"unreadable timestamp {stamp!r}"))
-            continue
-        if student not in latest or when > latest[student][0]:
-            if student in latest:
-                ignored.append(f"{latest[student][1].name} (older submission)")
-            latest[student] = (when, folder)
-        else:
-            ignored.append(f"{folder.name} (older submission)")
+    """Each student's latest submission in the exchange (`exchange.scan`: links and folders
+    another account wrote in a student's name refused, impossible times not taken), its
+    regular files copied within the zip's limits (`_copy_exchange`)."""
+    found = exchange.scan(inbound, assignment)
     students, identities = {}, {}
-    for student, (when, folder) in sorted(latest.items()):
+    for student, submission in sorted(found.latest.items()):
         identities[student] = identity(
-            student, "exchange", student, submitted_at=_utc(when).isoformat(timespec="seconds")
+            student, "exchange", student, submitted_at=iso(submission.when)
         )
-        files = {
-            p.relative_to(folder).as_posix(): p
-            for p in sorted(folder.rglob("*"))
-            if p.is_file() and not p.is_symlink() and not (JUNK & set(p.relative_to(folder).parts))
-        }
-        students[student] = _place(out / student / assignment, files)
-    result = Collected(out, "exchange", students, unattributed, ignored, identities)
+        dest = out / student / assignment
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        students[student] = _copy_exchange(submission.folder, dest, found.refused)
+        if note := exchange.distrust_stamp_file(dest, submission):
+            students[student].remove(EXCHANGE_STAMP)
+            found.notes.append(note)
+    result = Collected(
+        out, "exchange", students, found.refused, found.ignored, identities, notes=found.notes
+    )
     _write_report(result)
     return result
 
 
-def _utc(when: datetime.datetime) -> datetime.datetime:
-    """nbgrader's times are UTC, naive: say so."""
-    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
+def _copy_exchange(folder: Path, dest: Path, refused: list) -> list[str]:
+    """Copy a submission's regular files into `dest` (made empty), within `MAX_FILE_BYTES` each
+    and `MAX_TOTAL_BYTES` in all; list the others in `refused` (file, why). The files placed."""
+    placed, total = [], 0
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if JUNK & set(relative.parts) or (path.is_dir() and not path.is_symlink()):
+            continue
+        named = f"{folder.name}/{relative.as_posix()}"
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if too_much := _too_much(path.lstat().st_size, total):
+                raise Refused(too_much)
+            total += copy_regular(path, target, folder, MAX_FILE_BYTES)
+        except (Refused, OSError) as why:
+            refused.append((named, f"{why}: not copied"))
+            continue
+        placed.append(relative.as_posix())
+    return placed
+
+
+def _too_much(size: int, total: int) -> str | None:
+    """Why a file of `size` bytes, after `total` bytes of its student's, is not copied: the zip's
+    limits hold for every source (None: it is copied)."""
+    if size > MAX_FILE_BYTES:
+        return f"larger than {size_text(MAX_FILE_BYTES)} ({size_text(size)})"
+    if total + size > MAX_TOTAL_BYTES:
+        return f"the student's files pass {size_text(MAX_TOTAL_BYTES)} in all"
+    return None
 
 
 def _write_report(result: Collected) -> None:
@@ -364,6 +386,7 @@ def _write_report(result: Collected) -> None:
                 "ambiguous": result.ambiguous,
                 "not_placed": result.not_placed,
                 "ignored": result.ignored,
+                "notes": result.notes,
             },
             indent=1,
         )
@@ -379,6 +402,6 @@ def read_report(folder: Path) -> dict:
     report = report if isinstance(report, dict) else {}
     for key in ("identities", "students"):
         report[key] = report.get(key) if isinstance(report.get(key), dict) else {}
-    for key in ("unattributed", "ambiguous", "not_placed", "ignored"):
+    for key in ("unattributed", "ambiguous", "not_placed", "ignored", "notes"):
         report[key] = report.get(key) if isinstance(report.get(key), list) else []
     return report

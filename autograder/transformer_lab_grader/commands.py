@@ -139,6 +139,7 @@ def _intake(course: Path, assignment: str, submissions: Path) -> tuple[Path, lis
     first (into autograder/work/collected/); a folder `collect` made keeps its report."""
     from .collect import collect as collect_submissions
     from .collect import read_report
+    from .untrusted import shown
 
     if submissions.is_file() or (
         submissions.is_dir() and not any(submissions.glob(f"*/{assignment}"))
@@ -148,8 +149,8 @@ def _intake(course: Path, assignment: str, submissions: Path) -> tuple[Path, lis
         return result.out, result.problems
     report = read_report(submissions)
     problems = report["unattributed"] + report["ambiguous"] + report["not_placed"]
-    for name, why in problems:
-        print(f"  NOT PLACED by collect: {name}: {why}", flush=True)
+    for name, why in problems:  # the students' names: their control characters escaped
+        print(shown(f"  NOT PLACED by collect: {name}: {why}"), flush=True)
     return submissions, problems
 
 

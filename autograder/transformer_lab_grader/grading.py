@@ -43,6 +43,7 @@ from .submission import (
     prepare_submission,
     submission_sha256,
 )
+from .untrusted import shown
 
 # Folders of the course and of the package's repository that a grading job never sees.
 PRIVATE_FOLDERS = ("solutions", "autograder/work", "student_package", ".git")
@@ -199,7 +200,7 @@ class Grader(RunSetup):
                     Path(self.out),
                     {self.assignment: self.cells},
                 )
-        reason = f" ({record['reason']})" if record.get("reason") else ""
+        reason = f" ({shown(record['reason'])})" if record.get("reason") else ""
         self.say(
             f"{student}: {record['status']} {record['score']:g}/{record['max_score']:g}{reason}"
         )

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from .collect import identity, read_report
 from .records import write_atomic
+from .timing import EXCHANGE_STAMP
 
 FOLDER = Path("autograder") / "work" / "identities"
-EXCHANGE_FILES = {"timestamp": "timestamp.txt", "submission_secret": "submission_secret.txt"}
+EXCHANGE_FILES = {"timestamp": EXCHANGE_STAMP, "submission_secret": "submission_secret.txt"}
 
 
 def register_path(course: Path, assignment: str) -> Path:

@@ -8,6 +8,10 @@ The submitted-at time of a student's folder, best source first:
    time, which `collect` keeps on the files it places).
 
 All times are ISO 8601 in UTC, so they compare as text and as times alike.
+
+An exchange folder's name and its ``timestamp.txt`` are written by the student's own account, so
+`collect` takes them only where `claimed_time` finds them possible: not in the future, nor later
+than the folder's change time (its ctime, which the kernel sets and nobody can set back).
 """
 
 from __future__ import annotations
@@ -28,6 +32,39 @@ def parse(text: str) -> datetime.datetime:
     from nbgrader.utils import parse_utc
 
     return parse_utc(text.strip()).replace(tzinfo=datetime.timezone.utc)
+
+
+EXCHANGE_STAMP = "timestamp.txt"  # what nbgrader's submit writes beside the notebooks
+SLACK_SECONDS = 300  # a hub's clock and its file server's may differ this much
+
+
+def claimed_time(
+    claimed: datetime.datetime, changed: float, now: float
+) -> tuple[datetime.datetime, str | None]:
+    """The time to use for a folder whose name claims `claimed`, `changed` its ctime, `now` the
+    time (both epoch seconds): `claimed`, or the change time with why the claim was not taken."""
+    claimed = claimed if claimed.tzinfo else claimed.replace(tzinfo=datetime.timezone.utc)
+    at = datetime.datetime.fromtimestamp(changed, datetime.timezone.utc)
+    if claimed.timestamp() > now + SLACK_SECONDS:
+        return (
+            at,
+            f"its timestamp {iso(claimed)} is in the future: the folder's time {iso(at)} is used",
+        )
+    if claimed.timestamp() > changed + SLACK_SECONDS:
+        return at, (
+            f"its timestamp {iso(claimed)} is later than the folder was written: the folder's "
+            f"time {iso(at)} is used"
+        )
+    return claimed, None
+
+
+def read_stamp(path: Path) -> datetime.datetime | None:
+    """The time an exchange's timestamp file says (None: unreadable)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return parse(file.read(200))
+    except (OSError, ValueError, TypeError, OverflowError):
+        return None
 
 
 def file_time(folder: Path) -> str | None:

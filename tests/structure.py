@@ -98,7 +98,19 @@ LAYERS = {
                 "bubblewrap",
             },
         ),
-        ("formats", {"records", "failures", "notebook_format", "course", "timing", "maths_html"}),
+        (
+            "formats",
+            {
+                "records",
+                "failures",
+                "notebook_format",
+                "course",
+                "timing",
+                "maths_html",
+                "plain_text",
+                "safe_html",
+            },
+        ),
     ]
 }
 

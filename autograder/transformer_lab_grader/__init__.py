@@ -25,7 +25,8 @@ The package's map, in the order a submission meets it. Imports go one way, down 
   timeout budget from the reference solution's times; `judge_limits` applies them in one run
   (the student's process stops a cell at its limit, `verify_cells`).
 - Formats: `records` (record and CSV), `failures` (a failed check as data), `notebook_format`
-  (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`.
+  (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`; a student's text
+  made safe where it is written: `plain_text` (files, terminal, CSV), `safe_html` (feedback).
 
 Importing nbformat imports jsonschema, whose optional "iri" format check builds a grammar at
 import (about 2 CPU s in every process that reads a notebook: the grader, each grading job);

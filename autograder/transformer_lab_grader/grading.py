@@ -23,6 +23,7 @@ from . import cell_limits, identities, sandbox, timing
 from . import worker as job_worker
 from .course import PACKAGE_REPO, autograded_dir
 from .notebook_format import graded_cells, released_notebooks
+from .plain_text import printable
 from .records import (
     lesson_digest,
     load_records,
@@ -93,8 +94,10 @@ class Grader(RunSetup):
         self.run_dir: Path | None = None
 
     def say(self, message: str) -> None:
+        """Print a line, without the control characters (or lone surrogates) a student's text
+        could bring to the terminal (a reason quotes their process's words)."""
         if not self.quiet:
-            print(message, flush=True)
+            print(printable(message), flush=True)
 
     def run(self) -> list[dict]:
         if not self.submissions.exists():

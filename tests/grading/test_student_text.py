@@ -328,3 +328,15 @@ def test_feedback_pages_drop_a_students_raw_html(tmp_path, monkeypatch):
 
     monkeypatch.setattr(nbconvert, "HTMLExporter", Unsanitised)
     assert "<script>alert('markdown')</script>" in fb._render_autograded(REPO, path)
+
+
+def test_a_broken_protocol_is_named_in_the_record():
+    from transformer_lab_grader import job
+
+    died = "the student's process sent a reply to a request the judge did not make"
+    assert job.failure_reason(1, "", RuntimeError(), {"died": died}) == (
+        "the grader stopped the notebook's process: it sent a reply to a request the judge did "
+        "not make"
+    )
+    crashed = {"died": "the student's process ended with exit code 3"}
+    assert job.failure_reason(1, "", RuntimeError(), crashed).startswith("the kernel died (")

@@ -72,3 +72,8 @@ c.LimitOutput.max_traceback = 20
 
 # Feedback never shows hidden tests: their source is cleared, tracebacks cut to the message.
 c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+# A student's markdown cells and outputs may hold raw HTML (<script>, <img onerror=...>): the
+# feedback page, which the instructor opens and the LMS shows, keeps only harmless HTML (and the
+# lesson's formatting and maths: transformer_lab_grader/safe_html.py).
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"clean_html": "transformer_lab_grader.safe_html.clean_html"}

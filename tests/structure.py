@@ -111,6 +111,8 @@ LAYERS = {
                 "timing",
                 "maths_html",
                 "untrusted",
+                "plain_text",
+                "safe_html",
             },
         ),
     ]

@@ -26,9 +26,10 @@ The package's map, in the order a submission meets it. Imports go one way, down 
   timeout budget from the reference solution's times; `judge_limits` applies them in one run
   (the student's process stops a cell at its limit, `verify_cells`).
 - Formats: `records` (record and CSV), `failures` (a failed check as data), `notebook_format`
-  (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`; `untrusted`: a
-  student's file names shown escaped, their files copied without following links and within
-  limits.
+  (graded cells, hidden tests, `repair`), `course`, `timing`, `maths_html`; a student's text
+  and files made safe: `untrusted` (file names shown escaped, files copied without following
+  links and within limits), `plain_text` (text written to files, the terminal, CSV),
+  `safe_html` (feedback).
 
 Importing nbformat imports jsonschema, whose optional "iri" format check builds a grammar at
 import (about 2 CPU s in every process that reads a notebook: the grader, each grading job);

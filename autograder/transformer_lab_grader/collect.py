@@ -41,7 +41,7 @@ disk refuses when it is placed (a file and a folder of one name once the lesson 
 dropped) is listed there too.
 From the exchange or a folder, a file past `MAX_FILE_BYTES`, or past `MAX_TOTAL_BYTES` of one
 student's files, is not copied and is listed. Names are the students': `Collected.summary`
-escapes their control characters (`untrusted.shown`).
+escapes their control characters (`plain_text.shown`).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from . import exchange
+from .plain_text import shown
 from .records import STUDENT_ID
 from .safe_zip import (  # noqa: F401 (re-exported: collect's limits)
     MAX_FILE_BYTES,
@@ -65,7 +66,7 @@ from .safe_zip import (  # noqa: F401 (re-exported: collect's limits)
     safe_extract,
 )
 from .timing import EXCHANGE_STAMP, iso
-from .untrusted import Refused, copy_regular, shown, size_text
+from .untrusted import Refused, copy_regular, size_text
 
 JUNK = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}
 

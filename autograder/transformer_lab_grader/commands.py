@@ -139,7 +139,7 @@ def _intake(course: Path, assignment: str, submissions: Path) -> tuple[Path, lis
     first (into autograder/work/collected/); a folder `collect` made keeps its report."""
     from .collect import collect as collect_submissions
     from .collect import read_report
-    from .untrusted import shown
+    from .plain_text import shown
 
     if submissions.is_file() or (
         submissions.is_dir() and not any(submissions.glob(f"*/{assignment}"))

@@ -27,6 +27,7 @@ import io
 from pathlib import Path
 
 from . import identities, manual, term
+from .plain_text import csv_cell
 from .records import load_records, write_atomic, write_csv
 
 WIDE_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -119,11 +120,11 @@ def wide_rows(
 
 
 def export_wide(course: Path, out: Path, assignment: str | None = None) -> Path:
-    """Write the wide CSV (see module) atomically."""
+    """Write the wide CSV (see module) atomically, every cell `plain_text.csv_cell` (a name
+    from an LMS is text its student chose)."""
     settings = term.load(course)
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(
-        wide_rows(course, class_records(course, assignment, settings), settings)
-    )
+    rows = wide_rows(course, class_records(course, assignment, settings), settings)
+    csv.writer(buffer, lineterminator="\n").writerows([map(csv_cell, row) for row in rows])
     write_atomic(Path(out), buffer.getvalue())
     return Path(out)

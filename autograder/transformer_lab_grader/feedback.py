@@ -209,6 +209,8 @@ def _render_autograded(course: Path, notebook: Path) -> str:
     """nbconvert's HTML of an autograded notebook through the course's HideHiddenTests filter."""
     from nbconvert import HTMLExporter
 
+    from .safe_html import EXPORTER
+
     spec = importlib.util.spec_from_file_location(
         "_tl_feedback_filter", Path(course) / "autograder" / "feedback_filter.py"
     )
@@ -216,7 +218,8 @@ def _render_autograded(course: Path, notebook: Path) -> str:
     spec.loader.exec_module(module)
     nb = nbformat.read(notebook, as_version=4)
     nb, _ = module.HideHiddenTests().preprocess(nb, {})
-    body, _ = HTMLExporter(template_name="classic").from_notebook_node(nb)
+    exporter = HTMLExporter(template_name="classic", **EXPORTER)  # as nbgrader_config's
+    body, _ = exporter.from_notebook_node(nb)
     return body
 
 

@@ -23,6 +23,7 @@ from . import cell_limits, identities, sandbox, timing
 from . import worker as job_worker
 from .course import PACKAGE_REPO, autograded_dir
 from .notebook_format import graded_cells, released_notebooks
+from .plain_text import printable, shown
 from .records import (
     lesson_digest,
     load_records,
@@ -43,7 +44,6 @@ from .submission import (
     prepare_submission,
     submission_sha256,
 )
-from .untrusted import shown
 
 # Folders of the course and of the package's repository that a grading job never sees.
 PRIVATE_FOLDERS = ("solutions", "autograder/work", "student_package", ".git")
@@ -94,8 +94,10 @@ class Grader(RunSetup):
         self.run_dir: Path | None = None
 
     def say(self, message: str) -> None:
+        """Print a line, without the control characters (or lone surrogates) a student's text
+        could bring to the terminal (a reason quotes their process's words)."""
         if not self.quiet:
-            print(message, flush=True)
+            print(printable(message), flush=True)
 
     def run(self) -> list[dict]:
         if not self.submissions.exists():

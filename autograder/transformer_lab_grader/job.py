@@ -178,10 +178,16 @@ def autograde(course: Path, spec: dict, settings: Path) -> tuple[int, str]:
     return code, text
 
 
+PROCESS = "the student's process "  # `verify_session.Session.gone`: it sent what was refused
+
+
 def failure_reason(code: int | str, log: str, error: Exception, report: dict) -> str:
     """Why nbgrader's results cannot be read: the judge's report says whether the student's
     process died; else as precisely as nbgrader's log allows."""
-    if report.get("died"):
+    died = report.get("died")
+    if isinstance(died, str) and died.startswith(PROCESS + "sent "):  # it broke the protocol
+        return f"the grader stopped the notebook's process: it {died[len(PROCESS) :]}"
+    if died:
         return "the kernel died (the notebook crashed Python: os._exit, a segfault, ...)"
     lines = [ln for ln in log.splitlines() if "rror" in ln][-3:]
     return (

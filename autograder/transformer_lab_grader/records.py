@@ -45,6 +45,7 @@ import nbformat
 
 from .failures import clean_failure
 from .notebook_format import graded_cells, released_notebooks
+from .plain_text import csv_cell, deep
 
 RESULTS = Path("autograder") / "work" / "results"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")  # a record's file name
@@ -65,16 +66,18 @@ def now() -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically; no text makes it fail (a lone surrogate is written
+    as its escape)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
 
 
 def write_record(course: Path, record: dict) -> Path:
-    """Write a record to its place under results/ (atomically)."""
+    """Write a record to its place under results/ (atomically), lone surrogates replaced."""
     path = record_path(course, record["assignment"], record["student"])
-    write_atomic(path, json.dumps(record, indent=1, sort_keys=True))
+    write_atomic(path, json.dumps(deep(record), indent=1, sort_keys=True))
     return path
 
 
@@ -222,7 +225,7 @@ def load_records(course: Path, assignment: str | None = None) -> list[dict]:
             except (OSError, ValueError):
                 continue  # a half-written file cannot exist (atomic writes); skip foreign junk
             if isinstance(record, dict) and {"student", "assignment", "status"} <= set(record):
-                records.append(record)
+                records.append(deep(record))  # a lone surrogate saved by an older grader
     return sorted(records, key=lambda r: (r["assignment"], r["student"]))
 
 
@@ -233,9 +236,11 @@ def _number(value) -> float:
 
 
 def clean_record(record, assignment: str) -> dict:
-    """A cleaned copy of one record; ValueError saying what is wrong with it."""
+    """A cleaned copy of one record (lone surrogates replaced); ValueError saying what is wrong
+    with it."""
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, not {type(record).__name__}")
+    record = deep(record)
     status = record.get("status")
     if status not in ("graded", "ungradable"):
         raise ValueError(f"status is {status!r}, not 'graded' or 'ungradable'")
@@ -318,7 +323,7 @@ def _cell_columns(
     course: Path | None, records: list[dict], cells: dict | None
 ) -> list[tuple[str, str]]:
     columns = []
-    for assignment in sorted({r["assignment"] for r in records} | set(cells or {})):
+    for assignment in sorted({str(r.get("assignment")) for r in records} | set(cells or {})):
         ids = list((cells or {}).get(assignment, {}))
         if not ids and course is not None:
             try:
@@ -326,10 +331,34 @@ def _cell_columns(
             except SystemExit:
                 ids = []
         for record in records:  # cells a record has that the release does not (renamed later)
-            if record["assignment"] == assignment:
-                ids += [gid for gid in record.get("cells", {}) if gid not in ids]
+            got = record.get("cells")
+            if record.get("assignment") == assignment and isinstance(got, dict):
+                ids += [gid for gid in got if gid not in ids]
         columns += [(assignment, gid) for gid in ids]
     return columns
+
+
+def _csv_row(r: dict, columns: list[tuple[str, str]]) -> list:
+    row = [
+        r["student"],
+        r["assignment"],
+        "" if r.get("score", 0) is None else f"{float(r.get('score', 0)):g}",
+        f"{float(r.get('max_score', 0)):g}",
+        r["status"],
+        r.get("reason") or "",
+        " | ".join(r.get("flags") or []),
+    ]
+    for assignment, gid in columns:
+        cell = r.get("cells", {}).get(gid) if assignment == r["assignment"] else None
+        row.append(f"{float(cell['score']):g}" if cell else "")
+    return row
+
+
+def _bad_row(r, error: Exception) -> list:
+    """The row of a record that cannot be written: who, and why (the other columns empty)."""
+    get = r.get if isinstance(r, dict) else {}.get
+    why = f"the grader could not write this record ({type(error).__name__}: {error})"
+    return [get("student", "?"), get("assignment", "?"), "", "", "unreadable", why[:500], ""]
 
 
 def write_csv(
@@ -341,25 +370,19 @@ def write_csv(
 ) -> Path:
     """Write the grades CSV atomically; `cells` is {assignment: {grade_id: …}} for column order;
     `more`: (column names, record -> their values) appended after the cells' columns. A record
-    whose score is None (a non-submitter left blank) has an empty score."""
+    whose score is None (a non-submitter left blank) has an empty score. Every cell is
+    `plain_text.csv_cell` (no control characters, no formula); a record that cannot be written
+    gets a row saying so, status "unreadable", and the other records are written."""
     columns = _cell_columns(course, records, cells)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(FIXED + [f"{a}/{gid}" for a, gid in columns] + (more[0] if more else []))
     for r in records:
-        row = [
-            r["student"],
-            r["assignment"],
-            "" if r.get("score", 0) is None else f"{float(r.get('score', 0)):g}",
-            f"{float(r.get('max_score', 0)):g}",
-            r["status"],
-            r.get("reason") or "",
-            " | ".join(r.get("flags") or []),
-        ]
-        for assignment, gid in columns:
-            cell = r.get("cells", {}).get(gid) if assignment == r["assignment"] else None
-            row.append(f"{float(cell['score']):g}" if cell else "")
-        writer.writerow(row + (more[1](r) if more else []))
+        try:
+            row = _csv_row(r, columns) + (more[1](r) if more else [])
+        except Exception as error:  # noqa: BLE001 - one bad record is its student's, not the class's
+            row = _bad_row(r, error)
+        writer.writerow([csv_cell(value) for value in row])
     out = Path(out)
     write_atomic(out, buffer.getvalue())
     return out

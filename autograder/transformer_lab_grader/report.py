@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from . import manual, term
+from .plain_text import deep, printable
 from .records import load_class_records, load_records, stale_records
 from .report_summary import (
     enrolled_class,
@@ -203,8 +204,11 @@ def _sections(summary: dict) -> list[tuple[str, str, list[str], list[list[str]]]
 
 
 def _md_cell(text: str) -> str:
-    text = " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;")
-    return text.replace(">", "&gt;").replace("|", "\\|")
+    """One line of a markdown table cell: no control characters, no HTML, and no link or image
+    (brackets escaped), whatever a student's text holds."""
+    text = " ".join(printable(text).split()).replace("&", "&amp;").replace("<", "&lt;")
+    text = text.replace(">", "&gt;").replace("\\", "\\\\").replace("|", "\\|")
+    return text.replace("[", "\\[").replace("]", "\\]")
 
 
 def write_markdown(summary: dict, path: Path, plot_name: str) -> Path:
@@ -225,7 +229,7 @@ def write_markdown(summary: dict, path: Path, plot_name: str) -> Path:
         lines.append("|" + "---|" * len(header))
         lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
         lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
+    path.write_text(printable("\n".join(lines)), encoding="utf-8")
     return path
 
 
@@ -256,7 +260,7 @@ def write_html(summary: dict, path: Path, plot_name: str) -> Path:
         parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows]
         parts.append("</table>")
     parts.append("</body></html>")
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    path.write_text(printable("\n".join(parts)) + "\n", encoding="utf-8")
     return path
 
 
@@ -293,7 +297,7 @@ def build_report(course: Path, assignment: str, out_dir: Path) -> Path:
         title=f"{assignment}: {summary['graded']} graded, {summary['ungradable']} ungradable",
     )
     (out_dir / "summary.json").write_text(
-        json.dumps(summary, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        json.dumps(deep(summary, printable), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     write_markdown(summary, out_dir / "report.md", plot.name)
     return write_html(summary, out_dir / "report.html", plot.name)

@@ -22,8 +22,9 @@ import nbformat
 from . import collect, sandbox
 from .identities import EXCHANGE_FILES
 from .notebook_format import repair
+from .plain_text import shown
 from .records import STUDENT_ID
-from .untrusted import file_sha256, shown, size_text
+from .untrusted import file_sha256, size_text
 
 MAX_NOTEBOOK_BYTES = 50 * sandbox.MiB
 

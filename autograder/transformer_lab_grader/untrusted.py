@@ -1,10 +1,7 @@
 """What the grader's parent does with what a student controls: the names of their files and the
 files themselves, read before any box is made.
 
-- `shown(text)`: a name (or a message holding names) with its control characters escaped, for
-  the instructor's terminal and for the records. A file name may hold any character but `/`:
-  raw, ESC and its friends would move the cursor, overwrite a line with a fake verdict, retitle
-  the terminal or write to its clipboard (OSC 52).
+A name (or a message holding names) is printed and stored through `plain_text.shown`.
 - `copy_regular`: copy one regular file, opened without following a link (`O_NOFOLLOW`; a FIFO
   does not block: `O_NONBLOCK`), only when the file as opened lies inside the folder it was
   listed in and is at most a given size. A linked folder swapped in after listing, a FIFO or a
@@ -20,27 +17,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import stat
 from pathlib import Path
 
 CHUNK = 1 << 20
-# C0 (tab and newline included), DEL, C1; and the lone surrogates that stand for bytes a file
-# name holds but UTF-8 cannot decode (printing them raises UnicodeEncodeError)
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-
-
-def shown(text: object) -> str:
-    """`text` with every control character shown as `\\xNN` (an undecodable byte of a file name
-    too; any other lone surrogate as `\\uXXXX`): safe to print and to store."""
-
-    def escape(match: re.Match) -> str:
-        code = ord(match.group())
-        if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's stand-in for the byte code - 0xDC00
-            code -= 0xDC00
-        return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-    return CONTROL.sub(escape, str(text))
 
 
 def size_text(n: int) -> str:

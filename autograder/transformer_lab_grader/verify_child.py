@@ -322,12 +322,14 @@ def child_main(fd_in: int, fd_out: int, cells_file: str) -> None:
                 reply["line"] = cells.student_line(err)  # kept in the failure's crash
             except BaseException:  # noqa: BLE001
                 reply = {"error": "an error", "error_type": "Error"}
+        seq = req.get("seq")  # the judge takes a reply only with its request's number
         try:
-            send(reply)
+            send(dict(reply, seq=seq))
         except Exception as err:  # noqa: BLE001 - e.g. a result that cannot be saved
             send(
                 {
                     "error": f"the result cannot be sent back: {err}"[:MAX_TEXT],
                     "error_type": "TypeError",
+                    "seq": seq,
                 }
             )

@@ -334,3 +334,23 @@ class Guard:
 def _stand_in_name(frame) -> str:
     """The (short) name a ``check.forbid`` stand-in replaces, from its closure."""
     return str(frame.f_locals.get("short", "a switched-off function"))
+
+
+# ----------------------------------------------------------------------------------------------
+# What the judge accepts as a refusal (the texts `Guard._hook`, `Guard.__exit__` and
+# `verify_child.Answers.call` note). The student's process can send anything, so the judge takes
+# only these for a flag: no text of the student's own reaches the record, the CSV or the report.
+
+TAMPERED = "tampered with the re-check's call monitor"
+UNKNOWN_REFUSAL = "sent a refusal the re-check does not know (was the re-check tampered with?)"
+
+
+def known_refusals(exercise) -> set[str]:
+    """The refusals the child can note for `exercise` (a ``check`` Exercise, or None)."""
+    known = {TAMPERED, "called forbidden a switched-off function"}
+    for dotted in getattr(exercise, "forbidden", ()):
+        known |= {f"called forbidden {short(dotted)}", f"ran a copy of {dotted}"}
+    reference = getattr(exercise, "reference", None)
+    if isinstance(reference, type):
+        known.add(f"subclassed the reference {reference.__module__}.{reference.__qualname__}")
+    return known

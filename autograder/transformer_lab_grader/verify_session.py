@@ -17,6 +17,7 @@ import torch
 
 from .bubblewrap import PACKAGE_PARENTS
 from .sandbox import GRADING_ENV
+from .verify_guard import UNKNOWN_REFUSAL, known_refusals
 from .verify_remote import (
     SAFE_MODULES,
     Opaque,
@@ -66,6 +67,18 @@ PER_TEST = " (this test ran past the per-cell time limit of {limit:g} s: an endl
 MAX_RESTARTS = 3  # fresh children after a test timed out, per notebook
 
 
+# The fields of a reply to each request (`verify_child.Answers.handle`), and those of any reply.
+REPLY_FIELDS = {
+    "usage": {"cpu"},
+    "run": {"cell_errors", "outputs"},
+    "describe": {"kind", "module", "value", "tensors"},
+    "getattr": {"kind", "value", "tensors"},
+    "backward": {"grads", "refused"},
+    "call": {"result", "tensors", "differentiable", "token", "generators", "construct", "refused"},
+}
+ANY_REPLY = {"error", "error_type", "line"}
+
+
 class Session:
     """The child process and the stand-ins that forward calls to it."""
 
@@ -94,6 +107,7 @@ class Session:
         # holding earlier chunks) differentiates back to the tensors of earlier calls too.
         self.leaves: list[tuple[torch.Tensor, int]] = []
         self.next_tid = 0
+        self.seq = 0  # the last request's number, which its reply must carry
         workdir.mkdir(parents=True, exist_ok=True)
         cells_file = workdir / "verify_cells.json"
         spec = {"cells": cells, "budget": budget}  # each cell carries its own limits
@@ -120,13 +134,7 @@ class Session:
             raise ChildGone(self.dead)
         self.deadline = deadline
         self.timeout_reason = ""
-        try:
-            write_message(
-                self._to_child, pack_request({"op": "run", "cells": cells, "budget": budget})
-            )
-        except OSError:
-            raise self.gone("ended") from None
-        reply = self._receive()
+        reply = self._exchange({"op": "run", "cells": cells, "budget": budget})
         self.cell_errors.update(self._errors(reply))
         outputs = reply.get("outputs")
         if not isinstance(outputs, dict):
@@ -212,10 +220,27 @@ class Session:
             raise self.gone("sent a malformed reply")
         return reply
 
+    def _exchange(self, message: dict, data: bytes | None = None) -> dict:
+        """Send a request (`data`: `message` already packed) and read its reply: the reply must
+        answer it (its `seq`) and hold only the fields its op has (`REPLY_FIELDS`); a frame
+        the student's code wrote on the pipe itself is not taken (ChildGone)."""
+        self.seq += 1
+        message["seq"] = self.seq
+        try:
+            write_message(self._to_child, data or pack_request(message))
+        except OSError:
+            raise self.gone("ended") from None
+        reply = self._receive()
+        if reply.pop("seq", None) != self.seq:
+            raise self.gone("sent a reply to a request the judge did not make")
+        if not set(reply) <= REPLY_FIELDS[message["op"]] | ANY_REPLY:
+            raise self.gone("sent a malformed reply")
+        return reply
+
     def request(self, message: dict) -> dict:
         if self.dead:
             raise ChildGone(self.dead)
-        message = dict(message, exercise=self.exercise)
+        message = dict(message, exercise=self.exercise, seq=self.seq + 1)
         try:
             data = pack_request(message)
         except Exception as err:  # e.g. a lambda among a check's arguments
@@ -223,17 +248,15 @@ class Session:
             if flag not in self.flags:
                 self.flags.append(flag)
             raise VerifyError(f"the re-check cannot send this call's arguments: {err}") from None
-        try:
-            write_message(self._to_child, data)
-        except OSError:
-            raise self.gone("ended") from None
-        reply = self._receive()
+        reply = self._exchange(message, data)
         refused = reply.get("refused")
         if refused:
             if not isinstance(refused, list) or not all(isinstance(r, str) for r in refused):
                 raise self.gone("sent a malformed reply")
-            from transformer_lab.check import ImplementThisYourself
+            from transformer_lab.check import EXERCISES, ImplementThisYourself
 
+            known = known_refusals(EXERCISES.get(self.exercise))
+            refused = [what if what in known else UNKNOWN_REFUSAL for what in refused[:50]]
             for what in refused:
                 flag = f"{what} in {self.exercise}"
                 if flag not in self.flags:

@@ -24,8 +24,11 @@ import time
 
 import torch
 
+from .plain_text import deep
+
 MAX_MESSAGE = 512 * 2**20  # bytes a reply from the child may have
 MAX_TEXT = 4000
+MAY_HOLD_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")  # escaped, raw (UTF-8)
 MAX_LEAVES = 256  # tensors kept for gradients across calls (each side)
 # Markers of values that travel beside a message (tensors, generators) or stay in the child.
 TENSOR_MARK = "__tlab_tensor__"
@@ -257,8 +260,8 @@ def pack_reply(obj) -> bytes:
 
 def unpack_reply(data):
     """In the parent: a frame from the child -> plain data only: tensors (strided, on the CPU or
-    an accelerator), numbers, strings, None, and lists/tuples/dicts (str keys) of those.
-    Anything else raises ValueError (or TypeError)."""
+    an accelerator), numbers, strings (a lone surrogate replaced by U+FFFD), None, and
+    lists/tuples/dicts (str keys) of those. Anything else raises ValueError (or TypeError)."""
     body, tensors = _unframe(data)
 
     def tag(obj: dict):
@@ -275,4 +278,6 @@ def unpack_reply(data):
             return dict(value)
         raise ValueError("a malformed reply")
 
-    return json.loads(body.decode("utf-8", "surrogatepass"), object_hook=tag)
+    reply = json.loads(body.decode("utf-8", "surrogatepass"), object_hook=tag)
+    # A lone surrogate (raw, or a JSON escape) would make every later write of the text fail.
+    return deep(reply) if MAY_HOLD_SURROGATE.search(body) else reply

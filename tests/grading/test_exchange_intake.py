@@ -1,7 +1,7 @@
 """What a student who controls only their own submission can do to the intake (red team B's
 F2, F3, F4, F7), and that it no longer works: the exchange's inbound folder, which every student
 may write in (`exchange`, `collect`), file sizes on every source, and names printed or stored
-(`untrusted.shown`). Nothing is graded in a box: collect, the digest and the intake's messages
+(`plain_text.shown`). Nothing is graded in a box: collect, the digest and the intake's messages
 are run directly, so each test takes a second or less.
 
 Each protection comes with a mutant: the fix weakened back to the old behaviour, which the same
@@ -27,6 +27,7 @@ from transformer_lab_grader import (
     exchange,
     grading,
     identities,
+    plain_text,
     submission,
     timing,
     untrusted,
@@ -380,11 +381,11 @@ def test_an_honest_digest_is_unchanged(tmp_path):
 
 
 def test_shown_escapes_c0_del_c1_and_undecodable_bytes_only():
-    assert untrusted.shown("a\x1b[2K\r\n\t\x07\x7f\x9b" + os.fsdecode(b"\xff")) == (
+    assert plain_text.shown("a\x1b[2K\r\n\t\x07\x7f\x9b" + os.fsdecode(b"\xff")) == (
         "a\\x1b[2K\\x0d\\x0a\\x09\\x07\\x7f\\x9b\\xff"
     )
     for plain in ("notes.txt", "李明 — résumé (1).ipynb", "a\\x1b"):
-        assert untrusted.shown(plain) == plain
+        assert plain_text.shown(plain) == plain
 
 
 def _hostile_names(tmp_path: Path) -> Path:
@@ -437,7 +438,7 @@ def _graded_line(course: Path, tmp_path: Path, reason: str, capsys) -> str:
 
 def test_mutant_unescaped_names_reach_the_terminal(tiny_course, tmp_path, capsys, monkeypatch):  # noqa: F811
     """Mutant: `shown` a no-op everywhere: the payload reaches the terminal raw."""
-    for module in (collect, submission, grading, untrusted):
+    for module in (collect, submission, grading, plain_text):
         monkeypatch.setattr(module, "shown", str)
     folder = _hostile_names(tmp_path)
     (folder / os.fsdecode(b"bad\xff.txt")).unlink()  # else printing it raises

@@ -337,17 +337,22 @@ def _stand_in_name(frame) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# What the judge accepts as a refusal (the texts `Guard._hook`, `Guard.__exit__` and
-# `verify_child.Answers.call` note). The student's process can send anything, so the judge takes
-# only these for a flag: no text of the student's own reaches the record, the CSV or the report.
+# What the judge accepts as a refusal: the texts that `_make_hook`'s hook, `Guard.__exit__` and
+# `verify_child.Answers` note (`verify_read.REFUSALS` among them). The student's process can send
+# anything, so the judge takes only these for a flag: no text of the student's own reaches the
+# record, the CSV or the report.
 
-TAMPERED = "tampered with the re-check's call monitor"
 UNKNOWN_REFUSAL = "sent a refusal the re-check does not know (was the re-check tampered with?)"
 
 
 def known_refusals(exercise) -> set[str]:
     """The refusals the child can note for `exercise` (a ``check`` Exercise, or None)."""
-    known = {TAMPERED, "called forbidden a switched-off function"}
+    from .verify_read import REFUSALS  # torch: the judge has it already
+
+    c_funcs, codes = _watched()
+    watched = [name for _, name in c_funcs.values()] + list(codes.values())
+    known = {"called forbidden a switched-off function", f"{TAMPERED}: its state was changed"}
+    known |= {f"{TAMPERED}: called {name}" for name in watched} | REFUSALS
     for dotted in getattr(exercise, "forbidden", ()):
         known |= {f"called forbidden {short(dotted)}", f"ran a copy of {dotted}"}
     reference = getattr(exercise, "reference", None)

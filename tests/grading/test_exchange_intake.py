@@ -50,7 +50,7 @@ MIB = untrusted.size_text
 
 def _no_control(text: str) -> bool:
     """No control character but the newlines that end the lines."""
-    return untrusted.CONTROL.search(text.replace("\n", "")) is None
+    return plain_text.NAME_CONTROL.search(text.replace("\n", "")) is None
 
 
 def _inbound(tmp_path: Path) -> Path:

@@ -437,9 +437,11 @@ def _graded_line(course: Path, tmp_path: Path, reason: str, capsys) -> str:
 
 
 def test_mutant_unescaped_names_reach_the_terminal(tiny_course, tmp_path, capsys, monkeypatch):  # noqa: F811
-    """Mutant: `shown` a no-op everywhere: the payload reaches the terminal raw."""
+    """Mutant: `shown` a no-op everywhere (and `grade`'s own printable line, the second layer, off
+    too): the payload reaches the terminal raw."""
     for module in (collect, submission, grading, plain_text):
         monkeypatch.setattr(module, "shown", str)
+    monkeypatch.setattr(grading, "printable", str)
     folder = _hostile_names(tmp_path)
     (folder / os.fsdecode(b"bad\xff.txt")).unlink()  # else printing it raises
     assert PAYLOAD in _collect(tmp_path).summary()

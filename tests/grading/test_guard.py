@@ -354,17 +354,9 @@ READ_REFUSED = "returned a {} subclass with its own {}, which changes how the re
     ids=["a01-a07-lazy-results", "a04-getprofile"],
 )
 def test_red_team_notebooks_score_nothing_and_are_flagged(tmp_path, monkeypatch, answers_, flags):
-    from test_tamper import L02, passed, run_verify, submission
+    from test_tamper import L02, grading_env, passed, run_verify, submission
 
-    for name, value in {
-        "OMP_NUM_THREADS": "1",
-        "TRANSFORMER_LAB_QUICK": "1",
-        "TRANSFORMER_LAB_GRADING": "1",
-        "MPLBACKEND": "Agg",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMER_LAB_STUDENT_DIR": str(tmp_path / "student_pkg"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    grading_env(monkeypatch, tmp_path)
     result = run_verify(submission(tmp_path, L02, answers_), L02, tmp_path)
     assert passed(result) == {"sdpa-test": False, "self-attention-test": False}
     assert result["flags"] == flags

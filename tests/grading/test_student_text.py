@@ -214,16 +214,9 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 def test_a_frame_the_student_writes_on_the_pipe_is_not_a_reply(tmp_path, monkeypatch):
     """Red team A09, judged: the frame is refused (its process is ended), no flag of its text."""
     from test_tamper import L02 as LESSON
-    from test_tamper import passed, run_verify, submission
+    from test_tamper import grading_env, passed, run_verify, submission
 
-    for name, value in {
-        "OMP_NUM_THREADS": "1",
-        "TRANSFORMER_LAB_QUICK": "1",
-        "TRANSFORMER_LAB_GRADING": "1",
-        "MPLBACKEND": "Agg",
-        "TRANSFORMER_LAB_STUDENT_DIR": str(tmp_path / "student_pkg"),
-    }.items():
-        monkeypatch.setenv(name, value)
+    grading_env(monkeypatch, tmp_path)
     path = submission(tmp_path, LESSON, {"sdpa-solution": FORGED_FRAME})
     result = run_verify(path, LESSON, tmp_path / "fixed")
     assert passed(result)["sdpa-test"] is False

@@ -31,14 +31,20 @@ L02, L06 = "02_qkv_attention", "06_masking"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
-@pytest.fixture(autouse=True)
-def _env(monkeypatch, tmp_path):
+def grading_env(monkeypatch, tmp_path) -> None:
+    """The settings a re-check (`run_verify`) runs under: quick, grading mode, one thread, offline,
+    the student's package in `tmp_path`. Other test modules that call `run_verify` use it too."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("TRANSFORMER_LAB_QUICK", "1")
     monkeypatch.setenv("TRANSFORMER_LAB_GRADING", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMER_LAB_STUDENT_DIR", str(tmp_path / "student_pkg"))
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path):
+    grading_env(monkeypatch, tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
